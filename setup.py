@@ -1,0 +1,58 @@
+"""Build torch_uqr._C: the uqr operator library (CPU kernels everywhere, Metal glue on macOS).
+
+CUDA kernels are Triton (JIT at first call), so nothing CUDA-specific is compiled here.
+Set UQR_NATIVE=0 to build without -march=native (a portable binary).
+"""
+import glob
+import os
+import sys
+
+from setuptools import find_packages, setup
+from torch.utils.cpp_extension import BuildExtension, CppExtension
+
+ROOT = os.path.dirname(os.path.abspath(__file__))
+
+
+def cpu_sources():
+    return sorted(glob.glob("csrc/*.cpp") + glob.glob("csrc/cpu/*.cpp"))
+
+
+def extra_compile_args():
+    args = ["-O3", "-std=c++17", "-fvisibility=hidden"]
+    if os.environ.get("UQR_NATIVE", "1") != "0" and sys.platform != "darwin":
+        args.append("-march=native")
+    return args
+
+
+def extensions():
+    sources = cpu_sources()
+    cxx = extra_compile_args()
+    define_macros = []
+    if sys.platform == "darwin" and os.uname().machine == "arm64":
+        sources += sorted(glob.glob("csrc/mps/*.mm"))
+        define_macros.append(("UQR_WITH_MPS", "1"))
+        cxx = cxx + ["-fobjc-arc"]
+    return [
+        CppExtension(
+            "torch_uqr._C",
+            sources,
+            include_dirs=[os.path.join(ROOT, "csrc", "include")],
+            define_macros=define_macros,
+            extra_compile_args={"cxx": cxx},
+            extra_link_args=(["-framework", "Metal", "-framework", "Foundation"]
+                             if sys.platform == "darwin" else []),
+        )
+    ]
+
+
+setup(
+    name="torch_uqr",
+    version="0.1.0",
+    description="Universal Quantization Router: one PyTorch GEMM operator for GGUF, MLX, EXL2/3-style and BitNet weights",
+    packages=find_packages(include=["torch_uqr", "torch_uqr.*"]),
+    package_data={"torch_uqr": ["data/*", "metal_emu/*"]},
+    python_requires=">=3.10",
+    install_requires=["torch>=2.4", "numpy", "tqdm"],
+    ext_modules=extensions(),
+    cmdclass={"build_ext": BuildExtension.with_options(use_ninja=True)},
+)
