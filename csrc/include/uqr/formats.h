@@ -1,0 +1,171 @@
+// Block layouts and decoders of every torch-uqr weight format: the single C-family definition of
+// ../shared/formats-spec.md, included by the CPU kernels, the Metal shaders (and so the emulator)
+// and any CUDA C++. The Python reference decoders in torch_uqr/formats/ are the other half of the
+// contract; the tests hold the two equal.
+//
+// Decoder interface, the same for every format: uqr_decode8_<fmt>(block, chunk, out) writes the 8
+// elements [8*chunk, 8*chunk + 8) of one block into out[0..7]. Eight is the widest unit every format
+// can produce without reading another chunk's bits, and small enough to be one GPU thread's share
+// of a tile. Blocks of the same format differ only in their bytes, so a decoder needs nothing but
+// the block pointer (mlx4's group size only bounds `chunk`).
+#pragma once
+#include "platform.h"
+
+enum uqr_format {
+  UQR_Q4_0 = 0,
+  UQR_Q4_1 = 1,
+  UQR_Q8_0 = 2,
+  UQR_Q4_K = 3,
+  UQR_MLX4 = 4,
+  UQR_VAR_AFFINE = 5,
+  UQR_EXL3 = 6,
+  UQR_TERNARY = 7,
+  UQR_NUM_FORMATS = 8
+};
+
+// Elements and bytes per block. mlx4's block is its group: 4 + g/2 bytes.
+#define UQR_Q4_0_BLOCK 32
+#define UQR_Q4_0_BYTES 18
+#define UQR_Q4_1_BLOCK 32
+#define UQR_Q4_1_BYTES 20
+#define UQR_Q8_0_BLOCK 32
+#define UQR_Q8_0_BYTES 34
+#define UQR_Q4_K_BLOCK 256
+#define UQR_Q4_K_BYTES 144
+#define UQR_VAR_AFFINE_BLOCK 256
+#define UQR_VAR_AFFINE_BYTES 160
+#define UQR_EXL3_BLOCK 256
+#define UQR_EXL3_BYTES 144
+#define UQR_TERNARY_BLOCK 32
+#define UQR_TERNARY_BYTES 12
+UQR_FN int uqr_mlx4_block_bytes(int group_size) { return 4 + group_size / 2; }
+
+// Byte offsets of the fields, named so the decoders and the validators read the same layout.
+#define UQR_VAR_AFFINE_SCALES 4
+#define UQR_VAR_AFFINE_BIASES 12
+#define UQR_VAR_AFFINE_MODES 20
+#define UQR_VAR_AFFINE_PAD 28
+#define UQR_VAR_AFFINE_QS 32
+#define UQR_EXL3_SCALES 4
+#define UQR_EXL3_RESIDUALS 12
+#define UQR_EXL3_CODEBOOK 20
+#define UQR_EXL3_PAD 36
+#define UQR_EXL3_QS 48
+
+// q4_0: y[j] = ((qs[j] & 15) - 8) d, y[j+16] = ((qs[j] >> 4) - 8) d.
+UQR_FN void uqr_decode8_q4_0(const UQR_GLOBAL uqr_u8* blk, int chunk, UQR_THREAD float* out) {
+  float d = uqr_load_half(blk);
+  const UQR_GLOBAL uqr_u8* qs = blk + 2 + 8 * (chunk & 1);
+  int shift = (chunk >> 1) * 4;  // chunks 0,1: low nibbles; 2,3: high nibbles
+  for (int i = 0; i < 8; ++i) out[i] = (float)((int)((qs[i] >> shift) & 15) - 8) * d;
+}
+
+// q4_1: y[j] = (qs[j] & 15) d + m, y[j+16] = (qs[j] >> 4) d + m.
+UQR_FN void uqr_decode8_q4_1(const UQR_GLOBAL uqr_u8* blk, int chunk, UQR_THREAD float* out) {
+  float d = uqr_load_half(blk), m = uqr_load_half(blk + 2);
+  const UQR_GLOBAL uqr_u8* qs = blk + 4 + 8 * (chunk & 1);
+  int shift = (chunk >> 1) * 4;
+  for (int i = 0; i < 8; ++i) out[i] = (float)((qs[i] >> shift) & 15) * d + m;
+}
+
+// q8_0: y[j] = qs[j] d, qs signed.
+UQR_FN void uqr_decode8_q8_0(const UQR_GLOBAL uqr_u8* blk, int chunk, UQR_THREAD float* out) {
+  float d = uqr_load_half(blk);
+  const UQR_GLOBAL uqr_u8* qs = blk + 2 + 8 * chunk;
+  for (int i = 0; i < 8; ++i) out[i] = (float)((int)qs[i] - ((qs[i] & 0x80) ? 256 : 0)) * d;
+}
+
+// q4_k sub-block j's 6-bit scale and min, packed into scales[12] as ggml packs them.
+UQR_FN void uqr_q4_k_scale_min(const UQR_GLOBAL uqr_u8* scales, int j, UQR_THREAD int& sc, UQR_THREAD int& mn) {
+  if (j < 4) {
+    sc = scales[j] & 63;
+    mn = scales[j + 4] & 63;
+  } else {
+    sc = (scales[j + 4] & 15) | ((scales[j - 4] >> 6) << 4);
+    mn = (scales[j + 4] >> 4) | ((scales[j] >> 6) << 4);
+  }
+}
+
+// q4_k: 8 sub-blocks of 32; y = d sc_j q - dmin m_j. qs[32c..32c+31] hold sub-block 2c in the low
+// nibbles and 2c+1 in the high nibbles. Chunk = 8 elements, so chunk / 4 is the sub-block.
+UQR_FN void uqr_decode8_q4_k(const UQR_GLOBAL uqr_u8* blk, int chunk, UQR_THREAD float* out) {
+  float d = uqr_load_half(blk), dmin = uqr_load_half(blk + 2);
+  int j = chunk >> 2;
+  int sc, mn;
+  uqr_q4_k_scale_min(blk + 4, j, sc, mn);
+  float scale = d * (float)sc, offset = dmin * (float)mn;
+  const UQR_GLOBAL uqr_u8* qs = blk + 16 + 32 * (j >> 1) + 8 * (chunk & 3);
+  int shift = (j & 1) * 4;
+  for (int i = 0; i < 8; ++i) out[i] = scale * (float)((qs[i] >> shift) & 15) - offset;
+}
+
+// mlx4: element i of the group is bits [4i, 4i+4): byte i/2, low nibble for even i. y = scale q + bias.
+UQR_FN void uqr_decode8_mlx4(const UQR_GLOBAL uqr_u8* blk, int chunk, UQR_THREAD float* out) {
+  float scale = uqr_load_half(blk), bias = uqr_load_half(blk + 2);
+  const UQR_GLOBAL uqr_u8* qs = blk + 4 + 4 * chunk;
+  for (int i = 0; i < 4; ++i) {
+    out[2 * i] = (float)(qs[i] & 15) * scale + bias;
+    out[2 * i + 1] = (float)(qs[i] >> 4) * scale + bias;
+  }
+}
+
+// var_affine: sub-block j (elements 32j..32j+31) holds 32 codes of B_j = modes[j] & 7 bits at bit
+// offset 32 (B_0 + ... + B_{j-1}). y = d s_j q + bias b_j. Validation (depths in {3,4,5}, budget,
+// zero reserved bits) happens once on the host; the decoder trusts validated bytes.
+UQR_FN void uqr_decode8_var_affine(const UQR_GLOBAL uqr_u8* blk, int chunk, UQR_THREAD float* out) {
+  float d = uqr_load_half(blk), bias = uqr_load_half(blk + 2);
+  int j = chunk >> 2;
+  const UQR_GLOBAL uqr_u8* modes = blk + UQR_VAR_AFFINE_MODES;
+  uqr_u32 offset = 0;
+  for (int t = 0; t < j; ++t) offset += 32u * (uqr_u32)(modes[t] & 7);
+  uqr_u32 b = modes[j] & 7;
+  float scale = d * (float)blk[UQR_VAR_AFFINE_SCALES + j];
+  float shift = bias * (float)blk[UQR_VAR_AFFINE_BIASES + j];
+  offset += (uqr_u32)(8 * (chunk & 3)) * b;
+  const UQR_GLOBAL uqr_u8* qs = blk + UQR_VAR_AFFINE_QS;
+  for (int i = 0; i < 8; ++i) out[i] = scale * (float)uqr_bits_at(qs, offset + (uqr_u32)i * b, b) + shift;
+}
+
+// exl3: y_i = d (s_j P[k_i] + r_j R[k_i]) + bias with 3-bit k_i at bit 3i; P = codebook[0..7],
+// R = codebook[8..15] (int8). The bracket is an exact integer, so only d* and +bias round.
+UQR_FN void uqr_decode8_exl3(const UQR_GLOBAL uqr_u8* blk, int chunk, UQR_THREAD float* out) {
+  float d = uqr_load_half(blk), bias = uqr_load_half(blk + 2);
+  int j = chunk >> 2;
+  int s = blk[UQR_EXL3_SCALES + j], r = blk[UQR_EXL3_RESIDUALS + j];
+  const UQR_GLOBAL uqr_u8* cb = blk + UQR_EXL3_CODEBOOK;
+  const UQR_GLOBAL uqr_u8* qs = blk + UQR_EXL3_QS;
+  // 8 elements x 3 bits = 24 bits = 3 whole bytes, so a chunk starts on a byte boundary.
+  uqr_u32 bits = (uqr_u32)qs[3 * chunk] | ((uqr_u32)qs[3 * chunk + 1] << 8) | ((uqr_u32)qs[3 * chunk + 2] << 16);
+  for (int i = 0; i < 8; ++i) {
+    int k = (int)((bits >> (3 * i)) & 7u);
+    int p = (int)cb[k] - ((cb[k] & 0x80) ? 256 : 0);
+    int q = (int)cb[8 + k] - ((cb[8 + k] & 0x80) ? 256 : 0);
+    out[i] = d * (float)(s * p + r * q) + bias;
+  }
+}
+
+// ternary code of element i (0..31): 2 bits at bit 2i of the 8 code bytes; t = code - 1.
+UQR_FN int uqr_ternary_trit(const UQR_GLOBAL uqr_u8* blk, int i) {
+  return (int)((blk[4 + (i >> 2)] >> (2 * (i & 3))) & 3) - 1;
+}
+
+// ternary: y = d t. Code 3 is rejected on the host before any kernel sees the bytes.
+UQR_FN void uqr_decode8_ternary(const UQR_GLOBAL uqr_u8* blk, int chunk, UQR_THREAD float* out) {
+  float d = uqr_load_half(blk);
+  for (int i = 0; i < 8; ++i) out[i] = (float)uqr_ternary_trit(blk, 8 * chunk + i) * d;
+}
+
+// One switch for code that is generic over the format (the CPU panel decoder, the emulator's
+// loaders); hot loops instantiate per format instead so the switch is resolved at compile time.
+UQR_FN void uqr_decode8(int fmt, const UQR_GLOBAL uqr_u8* blk, int chunk, UQR_THREAD float* out) {
+  switch (fmt) {
+    case UQR_Q4_0: uqr_decode8_q4_0(blk, chunk, out); break;
+    case UQR_Q4_1: uqr_decode8_q4_1(blk, chunk, out); break;
+    case UQR_Q8_0: uqr_decode8_q8_0(blk, chunk, out); break;
+    case UQR_Q4_K: uqr_decode8_q4_k(blk, chunk, out); break;
+    case UQR_MLX4: uqr_decode8_mlx4(blk, chunk, out); break;
+    case UQR_VAR_AFFINE: uqr_decode8_var_affine(blk, chunk, out); break;
+    case UQR_EXL3: uqr_decode8_exl3(blk, chunk, out); break;
+    default: uqr_decode8_ternary(blk, chunk, out); break;
+  }
+}

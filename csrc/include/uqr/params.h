@@ -1,0 +1,28 @@
+// The one parameter struct every gemm backend (CPU, Metal, CUDA) receives, so a layout is described
+// once. x and y are addressed through strides, which is how the direct-head layouts cost no copy:
+//   x(b, m, k) = x[b*x_batch_stride + m*x_row_stride + (k / x_head_dim)*x_head_stride + k % x_head_dim]
+//   y(b, m, n) = y[b*y_batch_stride + m*y_row_stride + (n / y_head_dim)*y_head_stride + n % y_head_dim]
+// Plain [.., M, K] input: x_head_dim = K, x_head_stride = 0 (and likewise for y with N).
+// Strides are in elements. The Python mirror is torch_uqr/layout.py.
+#pragma once
+#include "platform.h"
+
+struct uqr_gemm_params {
+  uqr_i32 fmt;          // uqr_format (formats.h)
+  uqr_i32 batch;        // product of the leading dims of x
+  uqr_i32 M, N, K;      // rows per batch, output features, input features
+  uqr_i32 group_size;   // elements per block (mlx4's g; the format's block size otherwise)
+  uqr_i32 block_bytes;  // bytes per block
+  uqr_i32 row_bytes;    // bytes per weight row = (K / group_size) * block_bytes
+  uqr_i64 x_batch_stride, x_row_stride, x_head_stride;
+  uqr_i32 x_head_dim;
+  uqr_i64 y_batch_stride, y_row_stride, y_head_stride;
+  uqr_i32 y_head_dim;
+};
+
+UQR_FN uqr_i64 uqr_x_offset(UQR_THREAD const uqr_gemm_params& p, uqr_i32 b, uqr_i32 m, uqr_i32 k) {
+  return b * p.x_batch_stride + m * p.x_row_stride + (k / p.x_head_dim) * p.x_head_stride + k % p.x_head_dim;
+}
+UQR_FN uqr_i64 uqr_y_offset(UQR_THREAD const uqr_gemm_params& p, uqr_i32 b, uqr_i32 m, uqr_i32 n) {
+  return b * p.y_batch_stride + m * p.y_row_stride + (n / p.y_head_dim) * p.y_head_stride + n % p.y_head_dim;
+}
