@@ -10,6 +10,9 @@
   #define UQR_GLOBAL device
   #define UQR_CONST constant
   #define UQR_THREAD thread
+  // Kernel arguments such as the gemm parameter struct arrive in Metal's `constant` address space;
+  // helpers that take them must say so (a `thread` reference cannot bind to `constant` data).
+  #define UQR_PARAMS_SPACE constant
   typedef uchar uqr_u8;
   typedef char uqr_i8;
   typedef ushort uqr_u16;
@@ -29,6 +32,7 @@
   #define UQR_GLOBAL
   #define UQR_CONST
   #define UQR_THREAD
+  #define UQR_PARAMS_SPACE
   typedef uint8_t uqr_u8;
   typedef int8_t uqr_i8;
   typedef uint16_t uqr_u16;
