@@ -1,1 +1,210 @@
-"""Placeholder: being written."""
+"""``QuantLinear``: an inference-only ``nn.Linear`` whose weight stays in a packed format.
+
+The forward pass is one call of the router (``torch.ops.uqr.gemm`` through ``torch_uqr.gemm``);
+the weight is never expanded to float in memory.  The state dict holds only tensors
+(packed bytes, the format name as ASCII bytes, and the shape) so it can be written with
+safetensors and loaded back bit-exactly, even into a QuantLinear of another format or size.
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from . import ops
+from .qtensor import QTensor, quantize
+
+__all__ = ["QuantLinear", "save_quantized", "load_quantized"]
+
+
+def _encode_fmt(fmt: str) -> torch.Tensor:
+    return torch.tensor(list(fmt.encode("ascii")), dtype=torch.uint8)
+
+
+def _decode_fmt(t: torch.Tensor) -> str:
+    return bytes(t.cpu().tolist()).decode("ascii")
+
+
+class QuantLinear(nn.Module):
+    """y = x Wᵀ + b with W packed in one of ``torch_uqr.formats()``.
+
+    Args:
+        qt: the packed weight, shape ``(out_features, K)``. K may exceed ``in_features`` when the
+            weight was zero-padded to a whole number of blocks (``in_features`` then says how many
+            columns are real; the input is zero-padded on the fly).
+        bias: optional float bias of length ``out_features``.
+        out_heads: if > 0, the output is written as ``[..., out_heads, M, D]`` (direct-head layout).
+        in_heads: if True, the input is ``[..., H, M, D]`` with ``H*D == in_features``.
+        path: router path, ``"auto"`` (default), ``"mma"`` or ``"vec"`` (ternary only).
+        in_features: real input width (defaults to ``qt.K``).
+    """
+
+    def __init__(self, qt: QTensor, bias: Optional[torch.Tensor] = None, *, out_heads: int = 0,
+                 in_heads: bool = False, path: Optional[str] = None, in_features: Optional[int] = None):
+        super().__init__()
+        N, K = qt.shape
+        in_features = K if in_features is None else int(in_features)
+        if not 0 < in_features <= K:
+            raise ValueError(f"in_features must be in 1..{K} (the packed weight's K), got {in_features}")
+        self.register_buffer("weight", qt.data)
+        self.register_buffer("weight_format", _encode_fmt(qt.fmt))
+        self.register_buffer("weight_shape", torch.tensor([N, K, int(qt.group_size or 0), in_features],
+                                                          dtype=torch.int64))
+        if bias is not None:
+            bias = bias.detach().to(device=qt.data.device)
+            if bias.shape != (N,):
+                raise ValueError(f"bias must have shape ({N},), got {tuple(bias.shape)}")
+        self.register_buffer("bias", bias)
+        self.out_heads = int(out_heads or 0)
+        self.in_heads = bool(in_heads)
+        self.path = path
+        self._cache: tuple = (None, None)
+        self._check_heads()
+
+    # ---- construction -------------------------------------------------------------------
+    @classmethod
+    def from_qtensor(cls, qt: QTensor, bias: Optional[torch.Tensor] = None, **kwargs) -> "QuantLinear":
+        """Wrap an existing QTensor (e.g. from a loader) without touching its bytes."""
+        return cls(qt, bias, **kwargs)
+
+    @classmethod
+    def from_linear(cls, linear: nn.Linear, fmt: str, *, pad: bool = False, **opts) -> "QuantLinear":
+        """Quantize ``linear.weight`` into ``fmt`` (``opts`` go to ``torch_uqr.quantize``).
+
+        With ``pad=True`` an in_features that is not a multiple of the format's block size is
+        zero-padded up to one (the extra columns meet zero-padded inputs, so they never change y).
+        """
+        if not isinstance(linear, nn.Linear):
+            raise TypeError(f"linear must be an nn.Linear, got {type(linear).__name__}")
+        w = linear.weight.detach()
+        K = w.shape[1]
+        if pad:
+            block = block_size_of(fmt, **opts)
+            w = F.pad(w, (0, -K % block))
+        kwargs = {k: opts.pop(k) for k in ("out_heads", "in_heads", "path") if k in opts}
+        qt = quantize(w.float(), fmt, **opts)
+        return cls(qt, linear.bias, in_features=K, **kwargs)
+
+    # ---- properties ---------------------------------------------------------------------
+    @property
+    def fmt(self) -> str:
+        return _decode_fmt(self.weight_format)
+
+    @property
+    def out_features(self) -> int:
+        return int(self.weight_shape[0])
+
+    @property
+    def packed_in_features(self) -> int:
+        return int(self.weight_shape[1])
+
+    @property
+    def in_features(self) -> int:
+        return int(self.weight_shape[3])
+
+    @property
+    def group_size(self) -> int:
+        return int(self.weight_shape[2])
+
+    @property
+    def qtensor(self) -> QTensor:
+        """The packed weight as a QTensor (built once per storage, validated by from_bytes)."""
+        key = (self.weight.data_ptr(), self.weight.device, self.weight.shape)
+        if self._cache[0] != key:
+            N, K, gs = (int(v) for v in self.weight_shape[:3])
+            kw = {"group_size": gs} if self.fmt == "mlx4" else {}
+            self._cache = (key, QTensor.from_bytes(self.weight, self.fmt, (N, K), **kw))
+        return self._cache[1]
+
+    @property
+    def bits_per_weight(self) -> float:
+        """Stored bits per real weight (zero padding counts against the format)."""
+        return self.weight.numel() * 8 / (self.out_features * self.in_features)
+
+    def _check_heads(self) -> None:
+        if self.out_heads and self.out_features % self.out_heads:
+            raise ValueError(f"out_heads={self.out_heads} does not divide out_features={self.out_features}")
+        if self.in_heads and self.packed_in_features != self.in_features:
+            raise ValueError("in_heads=True cannot be used with a zero-padded weight "
+                             f"(in_features {self.in_features} < packed K {self.packed_in_features})")
+
+    # ---- forward ------------------------------------------------------------------------
+    @torch.no_grad()
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.packed_in_features != self.in_features:
+            x = F.pad(x, (0, self.packed_in_features - self.in_features))
+        y = ops.gemm(x, self.qtensor, out_heads=self.out_heads or None, in_heads=self.in_heads,
+                     path=self.path)
+        if self.bias is not None:
+            b = self.bias.to(y.dtype)
+            if self.out_heads:
+                b = b.view(self.out_heads, 1, -1)
+            y = y + b
+        return y
+
+    # ---- state dict ---------------------------------------------------------------------
+    def _load_from_state_dict(self, state_dict, prefix, local_metadata, strict, missing_keys,
+                              unexpected_keys, error_msgs):
+        # A QuantLinear may receive another format's bytes: resize our buffers first so the
+        # stock loader copies instead of failing on a shape mismatch.
+        for name in ("weight", "weight_format", "weight_shape", "bias"):
+            src = state_dict.get(prefix + name)
+            mine = getattr(self, name)
+            if src is not None and (mine is None or mine.shape != src.shape or mine.dtype != src.dtype):
+                device = self.weight.device
+                setattr(self, name, torch.empty(src.shape, dtype=src.dtype, device=device))
+        if prefix + "bias" not in state_dict and self.bias is not None and prefix + "weight" in state_dict:
+            self.bias = None
+        super()._load_from_state_dict(state_dict, prefix, local_metadata, strict, missing_keys,
+                                      unexpected_keys, error_msgs)
+        self._cache = (None, None)
+        if prefix + "weight" in state_dict:
+            try:
+                self.qtensor  # validates bytes, format and shape together
+                self._check_heads()
+            except ValueError as e:
+                error_msgs.append(f"{prefix}: {e}")
+
+    def extra_repr(self) -> str:
+        s = (f"in_features={self.in_features}, out_features={self.out_features}, fmt={self.fmt}, "
+             f"bpw={self.bits_per_weight:.2f}, bias={self.bias is not None}")
+        if self.fmt == "mlx4":
+            s += f", group_size={self.group_size}"
+        if self.packed_in_features != self.in_features:
+            s += f", padded_to={self.packed_in_features}"
+        if self.out_heads:
+            s += f", out_heads={self.out_heads}"
+        if self.in_heads:
+            s += ", in_heads=True"
+        return s
+
+
+def block_size_of(fmt: str, **opts) -> int:
+    """Elements per block of ``fmt`` along K (mlx4: its group size, default 64)."""
+    if fmt == "mlx4":
+        return int(opts.get("group_size", 64))
+    if fmt not in _BLOCK:
+        raise ValueError(f"fmt must be one of {sorted(_BLOCK) + ['mlx4']}, got {fmt!r}")
+    return _BLOCK[fmt]
+
+
+# Block sizes from shared/formats-spec.md (fixed by the binary contract).
+_BLOCK = {"q4_0": 32, "q4_1": 32, "q8_0": 32, "q4_k": 256, "var_affine": 256, "exl3": 256, "ternary": 32}
+
+
+def save_quantized(module: nn.Module, path: str) -> None:
+    """Write a module's state dict (QuantLinear buffers included) to a safetensors file."""
+    from safetensors.torch import save_file
+
+    sd = {k: v.detach().contiguous().cpu() for k, v in module.state_dict().items()}
+    save_file(sd, path, metadata={"producer": "torch_uqr"})
+
+
+def load_quantized(module: nn.Module, path: str, strict: bool = True) -> nn.Module:
+    """Load a file written by ``save_quantized`` into ``module`` (QuantLinears adapt their format)."""
+    from safetensors.torch import load_file
+
+    module.load_state_dict(load_file(path), strict=strict)
+    return module

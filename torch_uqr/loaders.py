@@ -1,2 +1,0 @@
-"""Placeholder: being written."""
-load_gguf = load_mlx = load_bitnet = None
