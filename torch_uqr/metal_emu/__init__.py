@@ -1,0 +1,10 @@
+"""The Metal emulator: the project's .metal kernels compiled as C++ and run on CPU threads.
+
+``gemm(x, w, fmt, N, K, group_size, out_heads, in_heads, path)`` has the arguments of
+``torch.ops.uqr.gemm`` and is what ``uqr.gemm(..., backend="metal-emu")`` calls. See ``shim.h`` for
+the execution model, ``build.py`` for the compiled variants (plain, AddressSanitizer,
+ThreadSanitizer) and ``sanitized.py`` for running a call under a sanitizer.
+"""
+from .runner import gemm, kernel_name, prepare
+
+__all__ = ["gemm", "kernel_name", "prepare"]
