@@ -1,2 +1,127 @@
-"""Placeholder: being written."""
-gemm = None
+"""Python entry point of the operator ``torch.ops.uqr.gemm`` (schema in docs/operator.md).
+
+``gemm(x, qt)`` checks its arguments with errors that name the offending argument, then calls the
+registered operator: C++ kernels on CPU (``torch_uqr._C``), Triton kernels on CUDA
+(``torch_uqr.triton_kernels.register``, imported only when CUDA is present), Metal on MPS, or the
+Metal shaders in the CPU emulator with ``backend="metal-emu"``. A fake (meta) kernel makes the op
+traceable by ``torch.compile(fullgraph=True)``.
+"""
+from __future__ import annotations
+
+import os
+from typing import Any, Optional
+
+import torch
+
+from . import layout
+
+__all__ = ["gemm", "FORMATS", "PATHS", "op_available"]
+
+SCHEMA = ("uqr::gemm(Tensor x, Tensor w, str fmt, int N, int K, int group_size, int out_heads, "
+          "bool in_heads, str path) -> Tensor")
+FORMATS = ("q4_0", "q4_1", "q8_0", "q4_k", "mlx4", "var_affine", "exl3", "ternary")
+PATHS = ("auto", "mma", "vec")
+ACTIVATION_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
+BACKENDS = (None, "metal-emu")
+
+_load_error: Optional[BaseException] = None
+_cuda_error: Optional[BaseException] = None
+
+try:
+    from . import _C  # noqa: F401  (registers the uqr library and its CPU kernel)
+except ImportError as exc:  # the package is importable before the extension is built
+    _load_error = exc
+
+if _load_error is None:
+    @torch.library.register_fake("uqr::gemm")
+    def _gemm_fake(x: torch.Tensor, w: torch.Tensor, fmt: str, N: int, K: int, group_size: int,
+                   out_heads: int, in_heads: bool, path: str) -> torch.Tensor:
+        return x.new_empty(layout.output_shape(x.shape, N, K, out_heads, in_heads))
+
+    if torch.cuda.is_available():
+        try:
+            from .triton_kernels import register as _cuda_register  # noqa: F401
+        except ImportError as exc:  # triton or the CUDA module missing: CPU keeps working
+            _cuda_error = exc
+
+
+def op_available() -> bool:
+    """True when the compiled operator library (``torch_uqr._C``) is loaded."""
+    return _load_error is None
+
+
+def _require_op() -> None:
+    if _load_error is not None:
+        raise RuntimeError(
+            "torch_uqr._C (the compiled operator) is not available; build it with "
+            f"`pip install --no-build-isolation -e .` (import failed: {_load_error})")
+
+
+def _check_qtensor(qt: Any) -> None:
+    for attr in ("data", "fmt", "shape", "group_size"):
+        if not hasattr(qt, attr):
+            raise TypeError(f"qt: expected a torch_uqr.QTensor, got {type(qt).__name__} (no .{attr})")
+    if qt.fmt not in FORMATS:
+        raise ValueError(f"qt: unknown format {qt.fmt!r}; expected one of {', '.join(FORMATS)}")
+
+
+def gemm(x: torch.Tensor, qt: Any, out_heads: Optional[int] = None, in_heads: bool = False,
+         path: Optional[str] = None, backend: Optional[str] = None) -> torch.Tensor:
+    """``y = x @ W.T`` with W held packed in ``qt`` (a QTensor), accumulated in fp32.
+
+    Args:
+        x: fp16 / bf16 / fp32 activations, ``[..., M, K]`` (or ``[K]``); with ``in_heads=True``
+            ``[..., H, M, D]`` with ``H*D == K``, read as ``[..., M, K]`` without a copy.
+        qt: the packed weight, logical shape ``(N, K)``, on the same device as x.
+        out_heads: None/0 for ``y: [..., M, N]``; H to get ``y: [..., H, M, N/H]`` written directly.
+        in_heads: read x as head-strided (see above).
+        path: "auto" (default), "mma" (decode then matrix multiply) or "vec" (ternary only:
+            add/subtract, no multiply per weight).
+        backend: None (x's device) or "metal-emu" (the Metal shaders run by the CPU emulator).
+
+    Returns:
+        y in x's dtype on x's device.
+    """
+    _check_qtensor(qt)
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"x: expected a torch.Tensor, got {type(x).__name__}")
+    if x.dtype not in ACTIVATION_DTYPES:
+        raise TypeError(f"x: expected dtype float16, bfloat16 or float32, got {x.dtype}")
+    w = qt.data
+    if x.device != w.device:
+        raise ValueError(f"x is on {x.device} but the weights (qt.data) are on {w.device}; "
+                         "move one of them (qt.to(device) or x.to(device))")
+    N, K = (int(s) for s in qt.shape)
+    heads = 0 if out_heads is None else int(out_heads)
+    if isinstance(out_heads, bool) or heads < 0:
+        raise ValueError(f"out_heads: expected None or a positive int, got {out_heads!r}")
+    if not isinstance(in_heads, bool):
+        raise TypeError(f"in_heads: expected a bool, got {type(in_heads).__name__}")
+    layout.output_shape(x.shape, N, K, heads, in_heads)  # raises ValueError naming the argument
+    path = "auto" if path is None else path
+    if path not in PATHS:
+        raise ValueError(f"path: expected one of {PATHS}, got {path!r}")
+    if path == "vec" and qt.fmt != "ternary":
+        raise ValueError(f"path='vec' (add/subtract) exists only for fmt='ternary', not {qt.fmt!r}")
+    group_size = int(qt.group_size) if qt.fmt == "mlx4" else 0
+    if backend not in BACKENDS:
+        raise ValueError(f"backend: expected None or 'metal-emu', got {backend!r}")
+    if backend == "metal-emu":
+        from . import metal_emu
+        return metal_emu.gemm(x, w, qt.fmt, N, K, group_size, heads, in_heads, path)
+    _require_op()
+    if x.device.type == "cuda" and _cuda_error is not None:
+        raise RuntimeError(f"the CUDA kernels could not be loaded: {_cuda_error}")
+    return torch.ops.uqr.gemm(x, w, qt.fmt, N, K, group_size, heads, in_heads, path)
+
+
+def poison_outputs(enabled: bool = True) -> None:
+    """Test aid: make every backend fill its fresh output with NaN before the kernel writes it.
+
+    Implemented through the environment variable ``UQR_POISON`` (read by the C++ op on each call),
+    so a kernel that skips an element leaves a NaN that the comparison catches.
+    """
+    if enabled:
+        os.environ["UQR_POISON"] = "1"
+    else:
+        os.environ.pop("UQR_POISON", None)

@@ -1,0 +1,186 @@
+// Whole-block decoders for the CPU kernels: BlockDecoder<FMT, G>::decode(block, out) turns one
+// packed block into kVecs vectors of 16 floats, in element order. The fused small-M kernel keeps
+// them in registers and multiplies them straight into the accumulators; the panel path stores them
+// into the panel buffer. Both therefore read only the packed bytes and share one decoder per format.
+//
+// The 4-bit formats, q8_0 and ternary have AVX-512 decoders (nibbles widened to 32-bit lanes once,
+// then a 16-entry permute or an int->float convert); var_affine and exl3 (bit-granular codes of
+// varying width / 3-bit codebook indices) go through the shared scalar uqr_decode8_* of
+// uqr/formats.h, as does every format in a build without AVX-512. The tests hold each of them
+// equal to the Python reference decoder.
+#pragma once
+#include "cpu_simd.h"
+#include "uqr/formats.h"
+
+namespace uqr::cpu {
+
+template <int FMT>
+inline void decode8(const uint8_t* blk, int chunk, float* out) {
+  if constexpr (FMT == UQR_Q4_0) uqr_decode8_q4_0(blk, chunk, out);
+  else if constexpr (FMT == UQR_Q4_1) uqr_decode8_q4_1(blk, chunk, out);
+  else if constexpr (FMT == UQR_Q8_0) uqr_decode8_q8_0(blk, chunk, out);
+  else if constexpr (FMT == UQR_Q4_K) uqr_decode8_q4_k(blk, chunk, out);
+  else if constexpr (FMT == UQR_MLX4) uqr_decode8_mlx4(blk, chunk, out);
+  else if constexpr (FMT == UQR_VAR_AFFINE) uqr_decode8_var_affine(blk, chunk, out);
+  else if constexpr (FMT == UQR_EXL3) uqr_decode8_exl3(blk, chunk, out);
+  else uqr_decode8_ternary(blk, chunk, out);
+}
+
+constexpr int format_block_elems(int fmt, int g) {
+  return fmt == UQR_Q4_K || fmt == UQR_VAR_AFFINE || fmt == UQR_EXL3 ? 256 : fmt == UQR_MLX4 ? g : 32;
+}
+constexpr int format_block_bytes(int fmt, int g) {
+  return fmt == UQR_Q4_0 ? UQR_Q4_0_BYTES
+       : fmt == UQR_Q4_1 ? UQR_Q4_1_BYTES
+       : fmt == UQR_Q8_0 ? UQR_Q8_0_BYTES
+       : fmt == UQR_Q4_K ? UQR_Q4_K_BYTES
+       : fmt == UQR_MLX4 ? 4 + g / 2
+       : fmt == UQR_VAR_AFFINE ? UQR_VAR_AFFINE_BYTES
+       : fmt == UQR_EXL3 ? UQR_EXL3_BYTES
+                         : UQR_TERNARY_BYTES;
+}
+
+// Scalar decoder over the shared uqr_decode8_*: the reference-equal fallback for every format.
+template <int FMT, int G = 0>
+struct GenericDecoder {
+  static constexpr int kElems = format_block_elems(FMT, G);
+  static constexpr int kBytes = format_block_bytes(FMT, G);
+  static constexpr int kVecs = kElems / kLanes;
+  static inline void decode(const uint8_t* blk, vf* out) {
+    alignas(64) float tmp[kElems];
+    for (int c = 0; c < kElems / 8; ++c) decode8<FMT>(blk, c, tmp + 8 * c);
+    for (int v = 0; v < kVecs; ++v) out[v] = vload(tmp + kLanes * v);
+  }
+};
+
+template <int FMT, int G = 0>
+struct BlockDecoder : GenericDecoder<FMT, G> {};
+
+#if UQR_CPU_AVX512
+
+// 16 bytes -> 16 int32 lanes, each holding one byte (two nibbles).
+inline __m512i widen_bytes(const uint8_t* p) {
+  return _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+}
+// vpermps reads only the low 4 bits of each index, so a 16-entry table indexed by a lane that still
+// carries the high nibble needs no mask: the table lookup is the nibble extraction.
+inline __m512 nibble_table(float base) {
+  return _mm512_add_ps(_mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15), _mm512_set1_ps(base));
+}
+
+template <>
+struct BlockDecoder<UQR_Q4_0, 0> : GenericDecoder<UQR_Q4_0, 0> {
+  static inline void decode(const uint8_t* blk, vf* out) {
+    const __m512 d = _mm512_set1_ps(load_half(blk));
+    const __m512i q = widen_bytes(blk + 2);
+    const __m512 tbl = nibble_table(-8.f);
+    out[0] = _mm512_mul_ps(_mm512_permutexvar_ps(q, tbl), d);
+    out[1] = _mm512_mul_ps(_mm512_permutexvar_ps(_mm512_srli_epi32(q, 4), tbl), d);
+  }
+};
+
+template <>
+struct BlockDecoder<UQR_Q4_1, 0> : GenericDecoder<UQR_Q4_1, 0> {
+  static inline void decode(const uint8_t* blk, vf* out) {
+    const __m512 d = _mm512_set1_ps(load_half(blk)), m = _mm512_set1_ps(load_half(blk + 2));
+    const __m512i q = widen_bytes(blk + 4);
+    const __m512 tbl = nibble_table(0.f);
+    out[0] = _mm512_fmadd_ps(_mm512_permutexvar_ps(q, tbl), d, m);
+    out[1] = _mm512_fmadd_ps(_mm512_permutexvar_ps(_mm512_srli_epi32(q, 4), tbl), d, m);
+  }
+};
+
+template <>
+struct BlockDecoder<UQR_Q8_0, 0> : GenericDecoder<UQR_Q8_0, 0> {
+  static inline void decode(const uint8_t* blk, vf* out) {
+    const __m512 d = _mm512_set1_ps(load_half(blk));
+    for (int v = 0; v < 2; ++v) {
+      __m512i q = _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 2 + 16 * v)));
+      out[v] = _mm512_mul_ps(_mm512_cvtepi32_ps(q), d);
+    }
+  }
+};
+
+template <>
+struct BlockDecoder<UQR_Q4_K, 0> : GenericDecoder<UQR_Q4_K, 0> {
+  static inline void decode(const uint8_t* blk, vf* out) {
+    const float d = load_half(blk), dmin = load_half(blk + 2);
+    const uint8_t* scales = blk + 4;
+    const __m512 tbl = nibble_table(0.f);
+    for (int c = 0; c < 4; ++c) {
+      // Bytes qs[32c..32c+31]: low nibbles = sub-block 2c, high nibbles = sub-block 2c+1.
+      int sc_lo, mn_lo, sc_hi, mn_hi;
+      uqr_q4_k_scale_min(scales, 2 * c, sc_lo, mn_lo);
+      uqr_q4_k_scale_min(scales, 2 * c + 1, sc_hi, mn_hi);
+      const __m512 a_lo = _mm512_set1_ps(d * sc_lo), o_lo = _mm512_set1_ps(dmin * mn_lo);
+      const __m512 a_hi = _mm512_set1_ps(d * sc_hi), o_hi = _mm512_set1_ps(dmin * mn_hi);
+      const __m512i q0 = widen_bytes(blk + 16 + 32 * c), q1 = widen_bytes(blk + 16 + 32 * c + 16);
+      out[4 * c + 0] = _mm512_fmsub_ps(_mm512_permutexvar_ps(q0, tbl), a_lo, o_lo);
+      out[4 * c + 1] = _mm512_fmsub_ps(_mm512_permutexvar_ps(q1, tbl), a_lo, o_lo);
+      out[4 * c + 2] = _mm512_fmsub_ps(_mm512_permutexvar_ps(_mm512_srli_epi32(q0, 4), tbl), a_hi, o_hi);
+      out[4 * c + 3] = _mm512_fmsub_ps(_mm512_permutexvar_ps(_mm512_srli_epi32(q1, 4), tbl), a_hi, o_hi);
+    }
+  }
+};
+
+// mlx4 packs neighbours into one byte (even element = low nibble), so bytes are split into nibbles
+// and re-interleaved in element order before widening.
+template <int G>
+struct BlockDecoder<UQR_MLX4, G> : GenericDecoder<UQR_MLX4, G> {
+  static inline void decode(const uint8_t* blk, vf* out) {
+    const __m512 s = _mm512_set1_ps(load_half(blk)), b = _mm512_set1_ps(load_half(blk + 2));
+    const __m128i mask = _mm_set1_epi8(15);
+    for (int c = 0; c < G / 32; ++c) {
+      const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 4 + 16 * c));
+      const __m128i lo = _mm_and_si128(q, mask), hi = _mm_and_si128(_mm_srli_epi16(q, 4), mask);
+      const __m128i e0 = _mm_unpacklo_epi8(lo, hi), e1 = _mm_unpackhi_epi8(lo, hi);
+      out[2 * c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(e0)), s, b);
+      out[2 * c + 1] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(e1)), s, b);
+    }
+  }
+};
+
+// ternary for the decode (mma) path: lane i takes code bits 2i..2i+1 of its 32-bit word; the table
+// maps the low 4 index bits (this code + the next one's low bits) to code - 1.
+template <>
+struct BlockDecoder<UQR_TERNARY, 0> : GenericDecoder<UQR_TERNARY, 0> {
+  static inline void decode(const uint8_t* blk, vf* out) {
+    const __m512 d = _mm512_set1_ps(load_half(blk));
+    const __m512 tbl = _mm512_setr_ps(-1, 0, 1, 0, -1, 0, 1, 0, -1, 0, 1, 0, -1, 0, 1, 0);
+    const __m512i shifts = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+    for (int v = 0; v < 2; ++v) {
+      const __m512i w = _mm512_set1_epi32(static_cast<int>(uqr_load_u32(blk + 4 + 4 * v)));
+      out[v] = _mm512_mul_ps(_mm512_permutexvar_ps(_mm512_srlv_epi32(w, shifts), tbl), d);
+    }
+  }
+};
+
+#endif  // UQR_CPU_AVX512
+
+template <class T>
+struct Tag {
+  using type = T;
+};
+
+// Calls f(Tag<Decoder>{}) with the decoder of `fmt` (mlx4: of group size g), so format dispatch
+// happens once per call and the hot loops are compiled per format (C++17: a generic lambda
+// recovers the type with `typename decltype(tag)::type`).
+template <class F>
+inline void with_decoder(int fmt, int g, F&& f) {
+  switch (fmt) {
+    case UQR_Q4_0: f(Tag<BlockDecoder<UQR_Q4_0>>{}); break;
+    case UQR_Q4_1: f(Tag<BlockDecoder<UQR_Q4_1>>{}); break;
+    case UQR_Q8_0: f(Tag<BlockDecoder<UQR_Q8_0>>{}); break;
+    case UQR_Q4_K: f(Tag<BlockDecoder<UQR_Q4_K>>{}); break;
+    case UQR_MLX4:
+      if (g == 32) f(Tag<BlockDecoder<UQR_MLX4, 32>>{});
+      else if (g == 64) f(Tag<BlockDecoder<UQR_MLX4, 64>>{});
+      else f(Tag<BlockDecoder<UQR_MLX4, 128>>{});
+      break;
+    case UQR_VAR_AFFINE: f(Tag<BlockDecoder<UQR_VAR_AFFINE>>{}); break;
+    case UQR_EXL3: f(Tag<BlockDecoder<UQR_EXL3>>{}); break;
+    default: f(Tag<BlockDecoder<UQR_TERNARY>>{}); break;
+  }
+}
+
+}  // namespace uqr::cpu

@@ -1,0 +1,187 @@
+// Argument checks and stride planning for uqr::gemm (see csrc/include/uqr/gemm_args.h).
+#include "uqr/gemm_args.h"
+
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+
+#include "uqr/formats.h"
+
+namespace uqr {
+namespace {
+
+struct FormatInfo {
+  const char* name;
+  int fmt;
+  int block;
+  int bytes;
+};
+
+constexpr FormatInfo kFormats[] = {
+    {"q4_0", UQR_Q4_0, UQR_Q4_0_BLOCK, UQR_Q4_0_BYTES},
+    {"q4_1", UQR_Q4_1, UQR_Q4_1_BLOCK, UQR_Q4_1_BYTES},
+    {"q8_0", UQR_Q8_0, UQR_Q8_0_BLOCK, UQR_Q8_0_BYTES},
+    {"q4_k", UQR_Q4_K, UQR_Q4_K_BLOCK, UQR_Q4_K_BYTES},
+    {"mlx4", UQR_MLX4, 0, 0},  // group-size dependent
+    {"var_affine", UQR_VAR_AFFINE, UQR_VAR_AFFINE_BLOCK, UQR_VAR_AFFINE_BYTES},
+    {"exl3", UQR_EXL3, UQR_EXL3_BLOCK, UQR_EXL3_BYTES},
+    {"ternary", UQR_TERNARY, UQR_TERNARY_BLOCK, UQR_TERNARY_BYTES},
+};
+
+// Stride that walks the flattened leading dims, or -1 if they do not collapse to one stride.
+int64_t leading_dims_stride(at::IntArrayRef sizes, at::IntArrayRef strides) {
+  int64_t outer_stride = -1, last = 0;
+  bool first = true;
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    if (sizes[i] == 1) continue;  // a size-1 dim's stride carries no information
+    if (!first && outer_stride != strides[i] * sizes[i]) return -1;
+    outer_stride = strides[i];
+    last = strides[i];
+    first = false;
+  }
+  return last;
+}
+
+}  // namespace
+
+int format_from_name(c10::string_view fmt) {
+  for (const auto& f : kFormats)
+    if (fmt == f.name) return f.fmt;
+  TORCH_CHECK(false, "uqr::gemm: fmt: unknown format '", std::string(fmt),
+              "'; expected one of q4_0, q4_1, q8_0, q4_k, mlx4, var_affine, exl3, ternary");
+  return -1;
+}
+
+int block_elems(int fmt, int64_t group_size) {
+  return fmt == UQR_MLX4 ? static_cast<int>(group_size) : kFormats[fmt].block;
+}
+
+int block_bytes(int fmt, int64_t group_size) {
+  return fmt == UQR_MLX4 ? uqr_mlx4_block_bytes(static_cast<int>(group_size)) : kFormats[fmt].bytes;
+}
+
+GemmPlan plan_gemm(const at::Tensor& x_in, const at::Tensor& w, c10::string_view fmt_name,
+                   int64_t N, int64_t K, int64_t group_size, int64_t out_heads, bool in_heads,
+                   c10::string_view path) {
+  const int fmt = format_from_name(fmt_name);
+  const auto st = x_in.scalar_type();
+  TORCH_CHECK(st == at::kHalf || st == at::kBFloat16 || st == at::kFloat,
+              "uqr::gemm: x: expected dtype float16, bfloat16 or float32, got ", st);
+  TORCH_CHECK(w.scalar_type() == at::kByte, "uqr::gemm: w: expected dtype uint8 (packed blocks), got ",
+              w.scalar_type());
+  TORCH_CHECK(x_in.device() == w.device(), "uqr::gemm: x is on ", x_in.device(),
+              " but the weights w are on ", w.device());
+  TORCH_CHECK(N > 0 && K > 0, "uqr::gemm: N and K must be positive, got N=", N, ", K=", K);
+  TORCH_CHECK(N < std::numeric_limits<int32_t>::max() && K < std::numeric_limits<int32_t>::max(),
+              "uqr::gemm: N and K must fit in int32");
+  if (fmt == UQR_MLX4) {
+    TORCH_CHECK(group_size == 32 || group_size == 64 || group_size == 128,
+                "uqr::gemm: group_size: mlx4 needs 32, 64 or 128, got ", group_size);
+  } else {
+    TORCH_CHECK(group_size == 0 || group_size == kFormats[fmt].block, "uqr::gemm: group_size: ",
+                std::string(fmt_name), " has a fixed block, pass 0 (got ", group_size, ")");
+  }
+  const int blk = block_elems(fmt, group_size), bb = block_bytes(fmt, group_size);
+  TORCH_CHECK(K % blk == 0, "uqr::gemm: K=", K, " is not a multiple of ", std::string(fmt_name),
+              "'s block of ", blk, " elements");
+  const int64_t row_bytes = (K / blk) * bb;
+  TORCH_CHECK(w.dim() == 2 && w.size(0) == N && w.size(1) == row_bytes, "uqr::gemm: w: expected uint8 [",
+              N, ", ", row_bytes, "] for ", std::string(fmt_name), " with N=", N, ", K=", K, ", got ",
+              w.sizes());
+  TORCH_CHECK(w.is_contiguous(), "uqr::gemm: w: the packed rows must be contiguous");
+  TORCH_CHECK(out_heads >= 0, "uqr::gemm: out_heads must be >= 0, got ", out_heads);
+  TORCH_CHECK(out_heads == 0 || N % out_heads == 0, "uqr::gemm: out_heads=", out_heads,
+              " does not divide N=", N);
+
+  GemmPath gp;
+  if (path == "auto") gp = GemmPath::kAuto;
+  else if (path == "mma") gp = GemmPath::kMma;
+  else if (path == "vec") gp = GemmPath::kVec;
+  else TORCH_CHECK(false, "uqr::gemm: path: expected 'auto', 'mma' or 'vec', got '", std::string(path), "'");
+  TORCH_CHECK(gp != GemmPath::kVec || fmt == UQR_TERNARY,
+              "uqr::gemm: path='vec' (add/subtract) exists only for fmt='ternary', not '",
+              std::string(fmt_name), "'");
+
+  const int64_t rank = x_in.dim();
+  if (in_heads) {
+    TORCH_CHECK(rank >= 3, "uqr::gemm: x: in_heads=True expects x of shape [..., H, M, D] (at least 3 dims), got ",
+                x_in.sizes());
+    TORCH_CHECK(x_in.size(-3) * x_in.size(-1) == K, "uqr::gemm: x: in_heads=True needs H*D == K, got H=",
+                x_in.size(-3), ", D=", x_in.size(-1), " but K=", K);
+  } else {
+    TORCH_CHECK(rank >= 1, "uqr::gemm: x: expected at least 1 dim [..., K], got a 0-dim tensor");
+    TORCH_CHECK(x_in.size(-1) == K, "uqr::gemm: x: last dim is ", x_in.size(-1), " but the weights have K=", K);
+    TORCH_CHECK(out_heads == 0 || rank >= 2, "uqr::gemm: x: out_heads=", out_heads,
+                " needs x with an M dim ([..., M, K]), got ", x_in.sizes());
+  }
+
+  const int64_t n_lead = in_heads ? rank - 3 : std::max<int64_t>(rank - 2, 0);
+  at::Tensor x = x_in;
+  int64_t batch_stride = leading_dims_stride(x.sizes().slice(0, n_lead), x.strides().slice(0, n_lead));
+  if (x.stride(-1) != 1 || batch_stride < 0) {
+    x = x.contiguous();  // the documented copy: only for layouts the stride set cannot express
+    batch_stride = leading_dims_stride(x.sizes().slice(0, n_lead), x.strides().slice(0, n_lead));
+  }
+  int64_t batch = 1;
+  for (int64_t i = 0; i < n_lead; ++i) batch *= x.size(i);
+
+  int64_t M, x_row, x_head, x_hd;
+  if (in_heads) {
+    M = x.size(-2); x_row = x.stride(-2); x_head = x.stride(-3); x_hd = x.size(-1);
+  } else if (rank == 1) {
+    M = 1; x_row = K; x_head = 0; x_hd = K;
+  } else {
+    M = x.size(-2); x_row = x.stride(-2); x_head = 0; x_hd = K;
+  }
+
+  GemmPlan plan;
+  std::vector<int64_t> lead(x.sizes().begin(), x.sizes().begin() + n_lead);
+  int64_t y_row, y_head, y_hd, y_batch;
+  plan.out_shape = lead;
+  if (out_heads > 0) {
+    const int64_t D = N / out_heads;
+    y_row = D; y_head = M * D; y_hd = D; y_batch = N * M;
+    plan.out_shape.insert(plan.out_shape.end(), {out_heads, M, D});
+  } else {
+    y_row = N; y_head = 0; y_hd = N; y_batch = M * N;
+    if (rank == 1) plan.out_shape.push_back(N);
+    else plan.out_shape.insert(plan.out_shape.end(), {M, N});
+  }
+  // Consecutive batches that continue each other's rows in x and y become one tall matrix.
+  if (batch > 1 && M * y_row == y_batch && batch_stride == M * x_row) {
+    M *= batch;
+    batch = 1;
+  }
+  TORCH_CHECK(M * batch < std::numeric_limits<int32_t>::max(), "uqr::gemm: x has too many rows");
+
+  uqr_gemm_params& p = plan.p;
+  std::memset(&p, 0, sizeof p);
+  p.fmt = fmt;
+  p.batch = static_cast<int32_t>(batch);
+  p.M = static_cast<int32_t>(M);
+  p.N = static_cast<int32_t>(N);
+  p.K = static_cast<int32_t>(K);
+  p.group_size = blk;
+  p.block_bytes = bb;
+  p.row_bytes = static_cast<int32_t>(row_bytes);
+  p.x_batch_stride = batch_stride;
+  p.x_row_stride = x_row;
+  p.x_head_stride = x_head;
+  p.x_head_dim = static_cast<int32_t>(x_hd);
+  p.y_batch_stride = y_batch;
+  p.y_row_stride = y_row;
+  p.y_head_stride = y_head;
+  p.y_head_dim = static_cast<int32_t>(y_hd);
+  plan.x_used = x;
+  plan.path = gp;
+  return plan;
+}
+
+at::Tensor allocate_output(const GemmPlan& plan, const at::TensorOptions& options) {
+  const char* poison = std::getenv("UQR_POISON");
+  if (poison != nullptr && poison[0] == '1')
+    return at::full(plan.out_shape, std::numeric_limits<float>::quiet_NaN(), options);
+  return at::empty(plan.out_shape, options);
+}
+
+}  // namespace uqr

@@ -1,0 +1,185 @@
+// Small-M kernels: each weight block is decoded into registers once and multiplied into up to
+// kFusedMaxRows activation rows, so the weight traffic is exactly the packed bytes.
+//
+// Accumulator layout: acc[NR][MR] vectors of 16 partial sums (NR weight rows x MR activation
+// rows). FMA latency is ~4 cycles, so one row (MR = 1) alone would serialize on its single
+// accumulator; taking NR = 4 weight rows at once gives four independent chains.
+#include <ATen/Parallel.h>
+
+#include <algorithm>
+
+#include "block_decode.h"
+#include "kernels.h"
+
+namespace uqr::cpu {
+namespace {
+
+template <int MR>
+constexpr int weight_rows_per_tile() {
+  return MR == 1 ? 4 : MR == 2 ? 2 : 1;
+}
+
+template <class Dec, int MR, int NR>
+inline void fused_tile(const uint8_t* w, int64_t row_bytes, int64_t nblocks, const float* X,
+                       int64_t K, float* res, int64_t ld_res) {
+  vf acc[NR][MR];
+  for (int r = 0; r < NR; ++r)
+    for (int m = 0; m < MR; ++m) acc[r][m] = vzero();
+  for (int64_t b = 0; b < nblocks; ++b) {
+    const float* xb = X + b * Dec::kElems;
+#pragma GCC unroll 4
+    for (int r = 0; r < NR; ++r) {
+      vf wv[Dec::kVecs];
+      Dec::decode(w + r * row_bytes + b * Dec::kBytes, wv);
+#pragma GCC unroll 16
+      for (int v = 0; v < Dec::kVecs; ++v)
+#pragma GCC unroll 8
+        for (int m = 0; m < MR; ++m) acc[r][m] = vfma(wv[v], vload(xb + m * K + v * kLanes), acc[r][m]);
+    }
+  }
+  for (int r = 0; r < NR; ++r)
+    for (int m = 0; m < MR; ++m) res[m * ld_res + r] = vsum(acc[r][m]);
+}
+
+// Weight rows [n0, n1) against MR staged rows; results into res[m * ld_res + (n - n0)].
+template <class Dec, int MR>
+void fused_rows(const uint8_t* w, const uqr_gemm_params& p, const float* X, int64_t n0, int64_t n1,
+                float* res, int64_t ld_res) {
+  constexpr int NR = weight_rows_per_tile<MR>();
+  const int64_t nblocks = p.K / Dec::kElems;
+  int64_t n = n0;
+  for (; n + NR <= n1; n += NR)
+    fused_tile<Dec, MR, NR>(w + n * p.row_bytes, p.row_bytes, nblocks, X, p.K, res + (n - n0), ld_res);
+  for (; n < n1; ++n)
+    fused_tile<Dec, MR, 1>(w + n * p.row_bytes, p.row_bytes, nblocks, X, p.K, res + (n - n0), ld_res);
+}
+
+// Runtime row count -> compile-time MR.
+template <class Dec>
+void fused_rows_any(int rows, const uint8_t* w, const uqr_gemm_params& p, const float* X, int64_t n0,
+                    int64_t n1, float* res, int64_t ld_res) {
+  switch (rows) {
+    case 1: fused_rows<Dec, 1>(w, p, X, n0, n1, res, ld_res); break;
+    case 2: fused_rows<Dec, 2>(w, p, X, n0, n1, res, ld_res); break;
+    case 3: fused_rows<Dec, 3>(w, p, X, n0, n1, res, ld_res); break;
+    case 4: fused_rows<Dec, 4>(w, p, X, n0, n1, res, ld_res); break;
+    case 5: fused_rows<Dec, 5>(w, p, X, n0, n1, res, ld_res); break;
+    case 6: fused_rows<Dec, 6>(w, p, X, n0, n1, res, ld_res); break;
+    case 7: fused_rows<Dec, 7>(w, p, X, n0, n1, res, ld_res); break;
+    default: fused_rows<Dec, 8>(w, p, X, n0, n1, res, ld_res); break;
+  }
+}
+
+// ---- ternary add/subtract ------------------------------------------------------------------
+// Per block: +1 codes add x, -1 codes subtract it, 0 codes skip it; the block's sum is scaled by
+// d once. With AVX-512 the selection is two lane masks per 16 elements (from the code bits by
+// pext), so there is no multiply and no branch per weight.
+template <int MR, int NR>
+inline void ternary_tile(const uint8_t* w, int64_t row_bytes, int64_t nblocks, const float* X, int64_t K,
+                         float* res, int64_t ld_res) {
+  vf acc[NR][MR];
+  for (int r = 0; r < NR; ++r)
+    for (int m = 0; m < MR; ++m) acc[r][m] = vzero();
+  for (int64_t b = 0; b < nblocks; ++b) {
+    const float* xb = X + b * UQR_TERNARY_BLOCK;
+#pragma GCC unroll 4
+    for (int r = 0; r < NR; ++r) {
+      const uint8_t* blk = w + r * row_bytes + b * UQR_TERNARY_BYTES;
+      const vf d = vset1(load_half(blk));
+      uint64_t codes;
+      std::memcpy(&codes, blk + 4, 8);
+#if UQR_CPU_AVX512
+      // code 0 -> -1, 1 -> 0, 2 -> +1: bit pairs (hi, lo) = (1, 0) add, (0, 0) subtract.
+      const uint32_t lo = static_cast<uint32_t>(_pext_u64(codes, 0x5555555555555555ull));
+      const uint32_t hi = static_cast<uint32_t>(_pext_u64(codes, 0xAAAAAAAAAAAAAAAAull));
+      const uint32_t plus = hi & ~lo, minus = ~(hi | lo);
+      const __mmask16 p0 = static_cast<__mmask16>(plus), p1 = static_cast<__mmask16>(plus >> 16);
+      const __mmask16 s0 = static_cast<__mmask16>(minus), s1 = static_cast<__mmask16>(minus >> 16);
+#pragma GCC unroll 8
+      for (int m = 0; m < MR; ++m) {
+        const __m512 x0 = _mm512_loadu_ps(xb + m * K), x1 = _mm512_loadu_ps(xb + m * K + 16);
+        __m512 s = _mm512_maskz_mov_ps(p0, x0);
+        s = _mm512_mask_sub_ps(s, s0, s, x0);
+        s = _mm512_mask_add_ps(s, p1, s, x1);
+        s = _mm512_mask_sub_ps(s, s1, s, x1);
+        acc[r][m] = _mm512_fmadd_ps(s, d, acc[r][m]);
+      }
+#else
+      for (int m = 0; m < MR; ++m) {
+        vf s = vzero();
+        for (int i = 0; i < UQR_TERNARY_BLOCK; ++i) {
+          const int code = static_cast<int>((codes >> (2 * i)) & 3u);
+          const float xv = xb[m * K + i];
+          s.f[i % kLanes] += code == 2 ? xv : code == 0 ? -xv : 0.f;
+        }
+        acc[r][m] = vfma(s, d, acc[r][m]);
+      }
+#endif
+    }
+  }
+  for (int r = 0; r < NR; ++r)
+    for (int m = 0; m < MR; ++m) res[m * ld_res + r] = vsum(acc[r][m]);
+}
+
+template <int MR>
+void ternary_rows(const uint8_t* w, const uqr_gemm_params& p, const float* X, int64_t n0, int64_t n1,
+                  float* res, int64_t ld_res) {
+  constexpr int NR = weight_rows_per_tile<MR>();
+  const int64_t nblocks = p.K / UQR_TERNARY_BLOCK;
+  int64_t n = n0;
+  for (; n + NR <= n1; n += NR)
+    ternary_tile<MR, NR>(w + n * p.row_bytes, p.row_bytes, nblocks, X, p.K, res + (n - n0), ld_res);
+  for (; n < n1; ++n)
+    ternary_tile<MR, 1>(w + n * p.row_bytes, p.row_bytes, nblocks, X, p.K, res + (n - n0), ld_res);
+}
+
+void ternary_rows_any(int rows, const uint8_t* w, const uqr_gemm_params& p, const float* X, int64_t n0,
+                      int64_t n1, float* res, int64_t ld_res) {
+  switch (rows) {
+    case 1: ternary_rows<1>(w, p, X, n0, n1, res, ld_res); break;
+    case 2: ternary_rows<2>(w, p, X, n0, n1, res, ld_res); break;
+    case 3: ternary_rows<3>(w, p, X, n0, n1, res, ld_res); break;
+    case 4: ternary_rows<4>(w, p, X, n0, n1, res, ld_res); break;
+    case 5: ternary_rows<5>(w, p, X, n0, n1, res, ld_res); break;
+    case 6: ternary_rows<6>(w, p, X, n0, n1, res, ld_res); break;
+    case 7: ternary_rows<7>(w, p, X, n0, n1, res, ld_res); break;
+    default: ternary_rows<8>(w, p, X, n0, n1, res, ld_res); break;
+  }
+}
+
+// Shared driver: parallel over weight rows; inside each unit, all R rows in passes of
+// kFusedMaxRows, results collected in a small tile and stored through the output strides.
+template <class RowsFn>
+void fused_driver(const uqr_gemm_params& p, const float* X, int64_t R, const OutputWriter& out, RowsFn rows_fn) {
+  at::parallel_for(0, p.N, kFusedGrainRows, [&](int64_t begin, int64_t end) {
+    float tile[kFusedMaxRows * kFusedGrainRows];
+    for (int64_t n0 = begin; n0 < end; n0 += kFusedGrainRows) {
+      const int64_t n1 = std::min(end, n0 + kFusedGrainRows);
+      for (int64_t r0 = 0; r0 < R; r0 += kFusedMaxRows) {
+        const int rows = static_cast<int>(std::min<int64_t>(kFusedMaxRows, R - r0));
+        rows_fn(rows, X + r0 * p.K, n0, n1, tile, kFusedGrainRows);
+        for (int m = 0; m < rows; ++m) out.store(r0 + m, n0, n1 - n0, tile + m * kFusedGrainRows);
+      }
+    }
+  });
+}
+
+}  // namespace
+
+void gemm_fused(const uint8_t* w, const uqr_gemm_params& p, const float* X, int64_t R, const OutputWriter& out) {
+  with_decoder(p.fmt, p.group_size, [&](auto tag) {
+    using Dec = typename decltype(tag)::type;
+    fused_driver(p, X, R, out, [&](int rows, const float* Xr, int64_t n0, int64_t n1, float* res, int64_t ld) {
+      fused_rows_any<Dec>(rows, w, p, Xr, n0, n1, res, ld);
+    });
+  });
+}
+
+void gemm_ternary_vec(const uint8_t* w, const uqr_gemm_params& p, const float* X, int64_t R,
+                      const OutputWriter& out) {
+  fused_driver(p, X, R, out, [&](int rows, const float* Xr, int64_t n0, int64_t n1, float* res, int64_t ld) {
+    ternary_rows_any(rows, w, p, Xr, n0, n1, res, ld);
+  });
+}
+
+}  // namespace uqr::cpu

@@ -1,0 +1,37 @@
+// Host-side argument checking and layout planning for uqr::gemm, shared by every host backend
+// (CPU here; the MPS glue may call it too). Not part of the Metal-compatible subset: C++ and ATen.
+// The rules mirror torch_uqr/layout.py; docs/operator.md states them.
+#pragma once
+#include <ATen/ATen.h>
+#include <c10/util/string_view.h>
+
+#include <vector>
+
+#include "params.h"
+
+namespace uqr {
+
+enum class GemmPath { kAuto, kMma, kVec };
+
+struct GemmPlan {
+  uqr_gemm_params p;            // strides of x_used and of a fresh contiguous y of out_shape
+  at::Tensor x_used;            // x itself, or x.contiguous() when its layout has no stride form
+  std::vector<int64_t> out_shape;
+  GemmPath path;
+};
+
+// Format name -> uqr_format; TORCH_CHECK failure naming `fmt` otherwise.
+int format_from_name(c10::string_view fmt);
+// Elements per block of a format (mlx4: its group size).
+int block_elems(int fmt, int64_t group_size);
+int block_bytes(int fmt, int64_t group_size);
+
+// Validates every argument (dtype, device, shapes, fmt/group_size/path) and computes the strides.
+GemmPlan plan_gemm(const at::Tensor& x, const at::Tensor& w, c10::string_view fmt, int64_t N,
+                   int64_t K, int64_t group_size, int64_t out_heads, bool in_heads,
+                   c10::string_view path);
+
+// The output tensor: torch.empty, or NaN-filled when UQR_POISON=1 (so tests catch unwritten elements).
+at::Tensor allocate_output(const GemmPlan& plan, const at::TensorOptions& options);
+
+}  // namespace uqr
