@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# One call on the lent H200: build the extension, run the CUDA correctness tests, compute-sanitizer
+# once on a small case, then the benchmark. Everything lands under $OUT (at most 8 files come back).
+#   bash bench/h200_run.sh [quick|full] [--sweep] [extra bench args...]
+set -uo pipefail
+MODE=${1:-full}; shift || true
+OUT=${OUT:-/tmp/uqr_out}; mkdir -p "$OUT"
+export PYTHONUNBUFFERED=1
+LOG="$OUT/run.log"
+{
+  date -u; nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,memory.used --format=csv
+  python3 -c 'import torch, triton; print("torch", torch.__version__, "triton", triton.__version__)'
+  echo "== build"
+  t0=$(date +%s)
+  python3 -m pip install -q --no-build-isolation --no-deps -e . > "$OUT/build.log" 2>&1 \
+    && echo "build ok ($(( $(date +%s) - t0 )) s)" || { echo "BUILD FAILED (tests of the registered op will skip)"; tail -20 "$OUT/build.log"; }
+  echo "== CUDA correctness tests"
+  t0=$(date +%s)
+  python3 -m pytest -q -x -n 8 tests/test_triton_cuda.py 2>&1 | tail -25
+  echo "tests took $(( $(date +%s) - t0 )) s"
+  echo "== compute-sanitizer (memcheck, small case: split-K, heads, vec)"
+  timeout 240 compute-sanitizer --tool memcheck --print-limit 20 python3 - <<'PY' 2>&1 | tail -8
+import torch
+from torch_uqr.triton_kernels.dispatch import gemm_triton
+from torch_uqr.triton_kernels.testing import random_packed
+for fmt in ("q4_0", "var_affine", "ternary"):
+    w = random_packed(fmt, 72, 512, 0, seed=1, device="cuda")
+    x = torch.randn(2, 4, 37, 128, device="cuda", dtype=torch.bfloat16)
+    gemm_triton(x, w, fmt, 72, 512, 0, out_heads=3, in_heads=True)
+    gemm_triton(torch.randn(512, device="cuda"), w, fmt, 72, 512)
+    if fmt == "ternary":
+        gemm_triton(x, w, fmt, 72, 512, 0, out_heads=3, in_heads=True, path="vec")
+torch.cuda.synchronize(); print("sanitizer case ran")
+PY
+  echo "== benchmark ($MODE $*)"
+  BARGS=(--json "$OUT/h200.json" --plot "$OUT/h200.png" --table "$OUT/table.md")
+  [ "$MODE" = quick ] && BARGS+=(--quick)
+  python3 -m torch_uqr.bench_cuda "${BARGS[@]}" "$@"
+  echo "bench exit $?"
+  date -u
+} 2>&1 | tee "$LOG"

@@ -1,0 +1,126 @@
+"""The Triton CUDA kernels, run on the CPU by Triton's interpreter (CI has no GPU).
+
+Each format runs in its own subprocess with TRITON_INTERPRET=1 set before Triton decorates the
+kernels (the decorator reads it once), so this file never changes how other tests see Triton.
+Every case draws fresh random packed blocks, poisons the output with NaN, and compares with the
+float64 reference decoder in ``torch_uqr.triton_kernels.testing``.
+"""
+from __future__ import annotations
+
+import importlib.util
+import os
+import subprocess
+import sys
+
+import pytest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+FORMATS = ["q4_0", "q4_1", "q8_0", "q4_k", "mlx4", "var_affine", "exl3", "ternary"]
+
+# ||y - ref|| / ||ref||. bf16 operands: ~2^-9 rounding of every weight and of y (the interpreter
+# truncates instead of rounding, so about twice that); fp16 ~2^-12; fp32 is exact fp32 here.
+TOL = {"bfloat16": 1.5e-2, "float16": 2e-3, "float32": 1e-5}
+
+needs_triton = pytest.mark.skipif(importlib.util.find_spec("triton") is None,
+                                  reason="triton is not installed (pip install triton==3.6.0)")
+
+
+def _cases(fmt: str) -> list[dict]:
+    """Small shapes covering small-M (split-K) and large-M configs, layouts and paths."""
+    from torch_uqr.triton_kernels.configs import GemmConfig, VecConfig
+    small = GemmConfig(BN=16, BM=16, NS=2, SPLIT_K=3)   # K=320: 5 tiles in splits of 2, last short
+    large = GemmConfig(BN=32, BM=32, NS=4, SPLIT_K=1)
+    K = 512 if fmt in ("q4_k", "var_affine", "exl3") else 320
+    cases = [
+        dict(dtype="bfloat16", lead=(), M=3, N=24, K=K, cfg=small),
+        dict(dtype="float16", lead=(), M=40, N=40, K=K, cfg=large),
+        dict(dtype="float32", lead=(2,), M=5, N=16, K=K, cfg=small),
+        dict(dtype="bfloat16", lead=(2,), M=4, N=32, K=K, cfg=large, out_heads=4),          # direct-head y
+        dict(dtype="float16", lead=(), M=6, N=24, K=K, cfg=small, in_heads=2, out_heads=2),  # head-strided x
+        dict(dtype="float16", lead=None, M=1, N=20, K=K, cfg=small),                         # 1-D x
+        dict(dtype="float32", lead=(), M=7, N=16, K=K, cfg=None, kernel="scratch", out_heads=2),
+    ]
+    if fmt == "ternary":
+        cases += [dict(dtype="bfloat16", lead=(2,), M=3, N=24, K=K, cfg=VecConfig(BN=16, NS=2, SPLIT_K=2), path="vec"),
+                  dict(dtype="float32", lead=(), M=2, N=16, K=K, cfg=VecConfig(BN=16, NS=4, SPLIT_K=1), path="vec",
+                       in_heads=4, out_heads=4)]
+    return cases
+
+
+def run_format(fmt: str) -> None:
+    """Run every case of ``fmt`` (called in the interpreter subprocess); raise on any failure."""
+    assert os.environ.get("TRITON_INTERPRET") == "1"
+    import torch
+    from torch_uqr.triton_kernels.dequant import dequantize_triton
+    from torch_uqr.triton_kernels.dispatch import gemm_triton
+    from torch_uqr.triton_kernels.testing import random_packed, reference_dequantize
+
+    gen = torch.Generator().manual_seed(int.from_bytes(os.urandom(4), "little"))
+    seed = int(torch.randint(0, 2**31 - 1, (1,), generator=gen))
+    groups = (32, 64, 128) if fmt == "mlx4" else (0,)
+    for g in groups:  # decoders bit-exact against the float64 reference
+        w = random_packed(fmt, 7, 256, g, seed=seed)
+        got = dequantize_triton(w, fmt, 7, 256, g).double()
+        ref = reference_dequantize(w, fmt, 7, 256, g)
+        assert torch.equal(got, ref), f"{fmt} g={g}: decode differs by {(got - ref).abs().max()} (seed {seed})"
+    os.environ["UQR_POISON"] = "1"
+    for i, c in enumerate(_cases(fmt)):
+        g = 64 if fmt == "mlx4" else 0
+        N, K, M = c["N"], c["K"], c["M"]
+        w = random_packed(fmt, N, K, g, seed=seed + i)
+        wref = reference_dequantize(w, fmt, N, K, g)
+        dtype = getattr(torch, c["dtype"])
+        H_in = c.get("in_heads", 0)
+        if c["lead"] is None:
+            x = torch.randn(K, generator=gen).to(dtype)
+            x_mk = x[None, :]
+        elif H_in:
+            # [..., H_in, M, D_in], read as [..., M, K] with column h*D_in + d.
+            x = torch.randn(*c["lead"], H_in, M, K // H_in, generator=gen).to(dtype)
+            x_mk = x.transpose(-3, -2).reshape(*c["lead"], M, K)
+        else:
+            x = torch.randn(*c["lead"], M, K, generator=gen).to(dtype)
+            x_mk = x
+        ref = x_mk.double() @ wref.t()
+        H = c.get("out_heads", 0)
+        y = gemm_triton(x, w, fmt, N, K, g, out_heads=H, in_heads=bool(H_in), path=c.get("path", "mma"),
+                        kernel=c.get("kernel", "fused"), config=c["cfg"])
+        if c["lead"] is None:
+            ref = ref[0]
+        if H:
+            ref = ref.reshape(*ref.shape[:-1], H, N // H).transpose(-3, -2)
+        assert y.dtype == dtype and tuple(y.shape) == tuple(ref.shape), (i, y.dtype, y.shape, ref.shape)
+        assert torch.isfinite(y).all(), f"{fmt} case {i}: unwritten (NaN) outputs"
+        err = float((y.double() - ref).norm() / ref.norm())
+        assert err < TOL[c["dtype"]], f"{fmt} case {i} {c}: rel err {err:.2e} (seed {seed})"
+
+
+@needs_triton
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_triton_kernels_interpreted(fmt: str) -> None:
+    env = dict(os.environ, TRITON_INTERPRET="1", PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    code = f"import sys; sys.path.insert(0, {HERE!r}); import test_triton_interpret as t; t.run_format({fmt!r})"
+    proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+
+
+@needs_triton
+def test_triton_argument_errors() -> None:
+    """Bad arguments raise ValueError naming the argument (checked before any launch)."""
+    import torch
+    from torch_uqr.triton_kernels.dispatch import gemm_triton
+    w = torch.zeros(8, 18 * 2, dtype=torch.uint8)
+    x = torch.randn(2, 64)
+    with pytest.raises(ValueError, match="path"):
+        gemm_triton(x, w, "q4_0", 8, 64, path="vec")
+    with pytest.raises(ValueError, match="w: expected uint8 \\[8, 36\\]"):
+        gemm_triton(x, w[:, :20], "q4_0", 8, 64)
+    with pytest.raises(ValueError, match="K"):
+        gemm_triton(torch.randn(2, 48), w, "q4_0", 8, 48)
+    with pytest.raises(ValueError, match="fmt"):
+        gemm_triton(x, w, "q5_0", 8, 64)
+    with pytest.raises(ValueError, match="x"):
+        gemm_triton(x.to(torch.int32), w, "q4_0", 8, 64)
+    with pytest.raises(ValueError, match="group_size"):
+        gemm_triton(x, torch.zeros(8, 4 + 32, dtype=torch.uint8), "mlx4", 8, 64, group_size=48)

@@ -1,0 +1,276 @@
+"""``python -m torch_uqr bench --device cuda``: time every format's CUDA kernels against cuBLAS and
+PyTorch's int4 kernel on the same inputs, check every output against float64, write JSON and a plot.
+
+Method (as /work/shared/tools/anchor_bench.py, tightened): each measured call is captured with its
+input set rotating among enough sets that their weights overflow the L2 three times over, into one
+CUDA graph; the graph is replayed ``reps`` times, each replay timed with CUDA events; the figure is
+the median replay time divided by the calls in it. Graphs remove Python launch overhead, which is
+not the kernels' cost (``ms_eager`` records it for the auto path separately).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import statistics
+import sys
+from typing import Callable
+
+import torch
+
+FORMATS = ("q4_0", "q4_1", "q8_0", "q4_k", "mlx4", "var_affine", "exl3", "ternary")
+SHAPES = ((4096, 4096), (14336, 4096), (4096, 14336))
+MS = (1, 16, 128, 512, 2048, 4096)
+MLX4_GROUP = 64  # MLX's default group size
+SCRATCH_MIN_M = 128  # below this the decode pass alone outweighs any matmul saving
+VEC_MAX_M = 128      # the vec path re-reads W per row; larger M takes seconds
+
+
+def _time_calls(calls: list[Callable[[], object]], reps: int, graph: bool = True) -> float:
+    """Median milliseconds per call of ``calls`` run back to back (graph-replayed by default)."""
+    for c in calls:
+        c()
+    torch.cuda.synchronize()
+    if graph:
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g):
+            for c in calls:
+                c()
+        run = g.replay
+    else:
+        def run():
+            for c in calls:
+                c()
+    run()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(reps):
+        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        s.record()
+        run()
+        e.record()
+        torch.cuda.synchronize()
+        times.append(s.elapsed_time(e) / len(calls))
+    return statistics.median(times)
+
+
+def _n_sets(bytes_per_set: int, l2: int) -> int:
+    return max(4, min(64, math.ceil(3 * l2 / max(1, bytes_per_set))))
+
+
+def _errors(y: torch.Tensor, ref: torch.Tensor) -> dict:
+    y = y.double()
+    finite = bool(torch.isfinite(y).all())
+    return {"finite": finite,
+            "max_rel_err": float((y - ref).abs().max() / ref.abs().max()) if finite else float("inf"),
+            "fro_rel_err": float((y - ref).norm() / ref.norm()) if finite else float("inf")}
+
+
+def _row(N: int, K: int, M: int, name: str, kernel: str, ms: float, weight_bytes: int) -> dict:
+    return {"N": N, "K": K, "M": M, "fmt": name, "kernel": kernel, "ms": ms,
+            "tflops": 2.0 * M * N * K / (ms * 1e-3) / 1e12,
+            "weight_GBps": weight_bytes / (ms * 1e-3) / 1e9}
+
+
+def bench_shape(N: int, K: int, Ms, formats, reps: int, l2: int, rows: list) -> None:
+    """Time and check every format and peer on one weight shape, appending rows."""
+    from .triton_kernels import configs
+    from .triton_kernels.dispatch import gemm_triton
+    from .triton_kernels.formats_meta import block_geometry
+    from .triton_kernels.testing import random_packed, reference_dequantize
+
+    dev = "cuda"
+    x_max = max(Ms)
+    dense_sets = _n_sets(N * K * 2, l2)
+    Wd = [torch.randn(N, K, device=dev, dtype=torch.bfloat16) * 0.02 for _ in range(dense_sets)]
+    X = [torch.randn(x_max, K, device=dev, dtype=torch.bfloat16) for _ in range(dense_sets)]
+    # tinygemm int4 (group 32): random nibbles and scales/zeros, as the anchors measured it.
+    tg_sets = _n_sets(N * K // 2, l2)
+    TG = []
+    for _ in range(tg_sets):
+        q = torch.randint(0, 16, (N, K), device=dev, dtype=torch.int32)
+        qq = (q[:, ::2] << 4 | q[:, 1::2]).to(torch.uint8)
+        TG.append((torch.ops.aten._convert_weight_to_int4pack(qq, 8),
+                   torch.randn(K // 32, N, 2, device=dev, dtype=torch.bfloat16) * 0.01))
+    for M in Ms:
+        xs = [X[j % len(X)][:M] for j in range(max(dense_sets, tg_sets))]
+        ms = _time_calls([lambda j=j: xs[j] @ Wd[j].t() for j in range(dense_sets)], reps)
+        rows.append(_row(N, K, M, "bf16", "cublas", ms, N * K * 2))
+        try:
+            ms = _time_calls([lambda j=j: torch.ops.aten._weight_int4pack_mm(xs[j], TG[j][0], 32, TG[j][1])
+                              for j in range(tg_sets)], reps)
+            rows.append(_row(N, K, M, "int4_g32", "tinygemm", ms, N * K // 2 + (K // 32) * N * 4))
+        except Exception as exc:  # noqa: BLE001 - a missing peer must not stop the benchmark
+            rows.append({"N": N, "K": K, "M": M, "fmt": "int4_g32", "kernel": "tinygemm", "error": repr(exc)[:200]})
+        print(f"  M={M}: cublas {rows[-2]['ms']*1e3:.1f} us", flush=True)
+    del Wd, TG
+    torch.cuda.empty_cache()
+
+    for fmt in formats:
+        g = MLX4_GROUP if fmt == "mlx4" else 0
+        elems, nbytes = block_geometry(fmt, g)
+        wbytes = N * (K // elems) * nbytes
+        n_sets = _n_sets(wbytes, l2)
+        W = [random_packed(fmt, N, K, g, seed=s, device=dev) for s in range(n_sets)]
+        w_ref = reference_dequantize(W[0], fmt, N, K, g)
+        for M in Ms:
+            xs = [X[j % len(X)][:M] for j in range(n_sets)]
+            ref = xs[0].double() @ w_ref.t()
+            kernels = ["fused"] + (["scratch"] if M >= SCRATCH_MIN_M else [])
+            paths = ["mma"] + (["vec"] if fmt == "ternary" and M <= VEC_MAX_M else [])
+            for path in paths:
+                for kernel in (kernels if path == "mma" else ["fused"]):
+                    def call(j, path=path, kernel=kernel):
+                        return gemm_triton(xs[j], W[j], fmt, N, K, g, path=path, kernel=kernel)
+                    os.environ["UQR_POISON"] = "1"
+                    err = _errors(call(0), ref)
+                    os.environ.pop("UQR_POISON")
+                    ms = _time_calls([lambda j=j: call(j) for j in range(n_sets)], reps)
+                    r = _row(N, K, M, fmt, kernel if path == "mma" else "vec", ms, wbytes)
+                    r.update(err)
+                    rows.append(r)
+                    print(f"  {fmt:10s} M={M:5d} {r['kernel']:8s} {ms*1e3:9.1f} us {r['tflops']:7.1f} TFLOP/s "
+                          f"{r['weight_GBps']:7.0f} GB/s err {r['max_rel_err']:.1e}", flush=True)
+            # The auto path as a user gets it, eager (Python launch overhead included), one call.
+            ms = _time_calls([lambda j=j: gemm_triton(xs[j], W[j], fmt, N, K, g) for j in range(n_sets)],
+                             max(5, reps // 3), graph=False)
+            rows.append(dict(_row(N, K, M, fmt, "auto_eager", ms, wbytes)))
+        del W, w_ref
+        torch.cuda.empty_cache()
+    _ = configs  # the tables the run used are recorded by main()
+
+
+def sweep(reps: int, l2: int) -> list:
+    """Time candidate tensor-core configurations per M bucket on q4_0 / q4_k 14336x4096."""
+    from .triton_kernels.configs import GemmConfig
+    from .triton_kernels.dispatch import gemm_triton
+    from .triton_kernels.testing import random_packed
+    N, K = 14336, 4096
+    cands = {
+        1: [GemmConfig(64, 16, 4, 16), GemmConfig(32, 16, 8, 16), GemmConfig(128, 16, 2, 16),
+            GemmConfig(64, 16, 8, 16, 4, 3), GemmConfig(16, 16, 8, 16, 2, 2), GemmConfig(64, 16, 4, 16, 8, 2)],
+        16: [GemmConfig(64, 16, 4, 16), GemmConfig(128, 16, 2, 16), GemmConfig(64, 16, 8, 16, 4, 3)],
+        128: [GemmConfig(128, 64, 2, 4, 4, 3), GemmConfig(64, 128, 2, 4, 4, 3), GemmConfig(128, 128, 2, 4, 8, 3),
+              GemmConfig(64, 64, 4, 4, 4, 2)],
+        512: [GemmConfig(128, 128, 2, 1, 8, 3), GemmConfig(128, 64, 2, 1, 4, 3), GemmConfig(64, 128, 4, 1, 4, 3)],
+        4096: [GemmConfig(128, 128, 2, 1, 8, 3), GemmConfig(128, 256, 2, 1, 8, 3), GemmConfig(256, 128, 2, 1, 8, 3),
+               GemmConfig(128, 128, 4, 1, 8, 2), GemmConfig(128, 256, 1, 1, 8, 4)],
+    }
+    out = []
+    for fmt in ("q4_0", "q4_k"):
+        W = [random_packed(fmt, N, K, 0, seed=s, device="cuda") for s in range(6)]
+        for M, cs in cands.items():
+            X = [torch.randn(M, K, device="cuda", dtype=torch.bfloat16) for _ in range(6)]
+            for c in cs:
+                try:
+                    ms = _time_calls([lambda j=j: gemm_triton(X[j], W[j], fmt, N, K, kernel="fused", config=c)
+                                      for j in range(6)], reps)
+                except Exception as exc:  # noqa: BLE001 - a config that fails to compile is a data point
+                    ms = float("nan")
+                    print("   ", c, repr(exc)[:160])
+                out.append({"fmt": fmt, "M": M, "config": c.__dict__, "ms": ms})
+                print(f"  sweep {fmt} M={M:5d} {c} {ms*1e3:9.1f} us", flush=True)
+        del W
+    return out
+
+
+def plot(rows: list, path: str) -> None:
+    """Time vs M per format, one panel per weight shape."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    shapes = sorted({(r["N"], r["K"]) for r in rows})
+    fig, axes = plt.subplots(1, len(shapes), figsize=(6 * len(shapes), 5), squeeze=False)
+    for ax, (N, K) in zip(axes[0], shapes):
+        series: dict[str, list] = {}
+        for r in rows:
+            if (r["N"], r["K"]) != (N, K) or "ms" not in r or r["kernel"] == "auto_eager":
+                continue
+            series.setdefault(f"{r['fmt']} {r['kernel']}", []).append((r["M"], r["ms"] * 1e3))
+        for name, pts in sorted(series.items()):
+            pts.sort()
+            style = "k-" if "cublas" in name else ("k--" if "tinygemm" in name else "-")
+            ax.plot([p[0] for p in pts], [p[1] for p in pts], style, marker=".", label=name,
+                    linewidth=2 if "cublas" in name else 1)
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set_xlabel("M")
+        ax.set_ylabel("time (us)")
+        ax.set_title(f"N={N} K={K} (H200, bf16 x)")
+        ax.grid(True, which="both", alpha=0.3)
+    axes[0][-1].legend(fontsize=6, ncol=2)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+def table(rows: list) -> str:
+    """Markdown table: per (shape, M), each format's best mma kernel next to the peers."""
+    lines = ["| N x K | M | cuBLAS bf16 us | tinygemm g32 us | " + " | ".join(FORMATS) + " |",
+             "|---|---|---|---|" + "---|" * len(FORMATS)]
+    keys = sorted({(r["N"], r["K"], r["M"]) for r in rows})
+    for N, K, M in keys:
+        sel = [r for r in rows if (r["N"], r["K"], r["M"]) == (N, K, M) and "ms" in r]
+        def best(fmt, kernels=("fused", "scratch")):
+            c = [r for r in sel if r["fmt"] == fmt and r["kernel"] in kernels]
+            if not c:
+                return "-"
+            b = min(c, key=lambda r: r["ms"])
+            return f"{b['ms']*1e3:.1f} ({b['kernel'][0]})"
+        cells = [best(f) for f in FORMATS]
+        vec = [r for r in sel if r["fmt"] == "ternary" and r["kernel"] == "vec"]
+        if vec:
+            cells[-1] += f" / vec {vec[0]['ms']*1e3:.1f}"
+        lines.append(f"| {N}x{K} | {M} | {best('bf16', ('cublas',))} | {best('int4_g32', ('tinygemm',))} | "
+                     + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point; returns a process exit status (1 if any output was wrong)."""
+    ap = argparse.ArgumentParser(prog="torch_uqr bench --device cuda", description=__doc__.split("\n")[0])
+    ap.add_argument("--json", help="write all rows to this JSON file")
+    ap.add_argument("--plot", help="write a PNG of time vs M per format")
+    ap.add_argument("--quick", action="store_true", help="one shape, M in {1, 16, 512, 4096}")
+    ap.add_argument("--formats", default=",".join(FORMATS))
+    ap.add_argument("--reps", type=int, default=30)
+    ap.add_argument("--sweep", action="store_true", help="also sweep tensor-core configurations")
+    ap.add_argument("--table", help="write the markdown table to this file")
+    args = ap.parse_args(argv)
+    if not torch.cuda.is_available():
+        print("bench --device cuda: no CUDA device visible", file=sys.stderr)
+        return 2
+    torch.backends.cuda.matmul.allow_tf32 = False
+    props = torch.cuda.get_device_properties(0)
+    l2 = getattr(props, "L2_cache_size", 60 << 20)
+    print(f"# {props.name} sms={props.multi_processor_count} L2={l2 >> 20}MiB torch={torch.__version__}", flush=True)
+    formats = [f for f in args.formats.split(",") if f]
+    shapes = SHAPES[1:2] if args.quick else SHAPES
+    Ms = (1, 16, 512, 4096) if args.quick else MS
+    result = {"device": props.name, "torch": torch.__version__, "rows": []}
+    if args.sweep:
+        result["sweep"] = sweep(args.reps, l2)
+    for N, K in shapes:
+        print(f"# N={N} K={K}", flush=True)
+        bench_shape(N, K, Ms, formats, args.reps, l2, result["rows"])
+        if args.json:  # keep partial results if a later shape dies
+            with open(args.json, "w") as f:
+                json.dump(result, f, indent=1)
+    md = table(result["rows"])
+    print(md)
+    if args.table:
+        with open(args.table, "w") as f:
+            f.write(md + "\n")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(result, f, indent=1)
+    if args.plot:
+        plot(result["rows"], args.plot)
+    bad = [r for r in result["rows"] if r.get("finite") is False or r.get("max_rel_err", 0) > 2e-2]
+    for r in bad:
+        print("BAD OUTPUT:", r)
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

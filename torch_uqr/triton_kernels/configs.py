@@ -1,0 +1,71 @@
+"""Tuning constants of the Triton kernels, in one place, and the choice of configuration by M.
+
+The tables were set from the H200 benchmark (bench/NOTES.md records each sweep); tiles are named
+from the weight's side: BN weight rows (the dot's M side), BM activation rows, NS 32-element
+sub-blocks along K per step (BK = 32 * NS).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+
+@dataclass(frozen=True)
+class GemmConfig:
+    """One launch configuration of the tensor-core kernel (gemm.py)."""
+    BN: int
+    BM: int
+    NS: int
+    SPLIT_K: int = 1
+    num_warps: int = 4
+    num_stages: int = 2
+
+
+@dataclass(frozen=True)
+class VecConfig:
+    """One launch configuration of the ternary add/subtract kernel (ternary_vec.py)."""
+    BN: int
+    NS: int
+    SPLIT_K: int = 1
+    num_warps: int = 4
+
+
+# (largest M, config) in increasing M; SPLIT_K here is an upper bound, cut by split_for() below.
+MMA_TABLE: list[tuple[int, GemmConfig]] = [
+    (16, GemmConfig(BN=64, BM=16, NS=4, SPLIT_K=16, num_warps=4, num_stages=2)),
+    (32, GemmConfig(BN=64, BM=32, NS=4, SPLIT_K=16, num_warps=4, num_stages=2)),
+    (64, GemmConfig(BN=64, BM=64, NS=4, SPLIT_K=8, num_warps=4, num_stages=2)),
+    (256, GemmConfig(BN=128, BM=64, NS=2, SPLIT_K=4, num_warps=4, num_stages=3)),
+    (1 << 62, GemmConfig(BN=128, BM=128, NS=2, SPLIT_K=1, num_warps=8, num_stages=3)),
+]
+VEC_CONFIG = VecConfig(BN=16, NS=8, SPLIT_K=16, num_warps=4)
+
+# The ternary vec path re-decodes the weights for every activation row, so it only pays at tiny M.
+VEC_AUTO_MAX_M = 1
+# From this M on, decoding once into a scratch matrix and calling cuBLAS beats the fused kernel.
+SCRATCH_AUTO_MIN_M = 1024
+# A split over K is worth it while the (n, m) tiles alone leave SMs idle; aim for this many programs.
+TARGET_PROGRAMS_PER_SM = 2
+DEFAULT_SMS = 132  # H200; used when no device is visible (interpreter)
+
+
+def split_for(tiles: int, k_tiles: int, max_split: int, sms: int) -> int:
+    """Smallest split over K reaching TARGET_PROGRAMS_PER_SM programs per SM, at most ``max_split``."""
+    want = TARGET_PROGRAMS_PER_SM * sms
+    split = 1
+    while tiles * split < want and split * 2 <= min(max_split, k_tiles):
+        split *= 2
+    return split
+
+
+def mma_config(M: int, N: int, K: int, sms: int = DEFAULT_SMS) -> GemmConfig:
+    """The tensor-core configuration for an (M, N, K) problem."""
+    cfg = next(c for top, c in MMA_TABLE if M <= top)
+    tiles = -(-N // cfg.BN) * -(-M // cfg.BM)
+    return replace(cfg, SPLIT_K=split_for(tiles, -(-K // (32 * cfg.NS)), cfg.SPLIT_K, sms))
+
+
+def vec_config(M: int, N: int, K: int, sms: int = DEFAULT_SMS) -> VecConfig:
+    """The ternary vec configuration; one program per (row block, K split, activation row)."""
+    cfg = VEC_CONFIG
+    tiles = -(-N // cfg.BN) * M
+    return replace(cfg, SPLIT_K=split_for(tiles, -(-K // (32 * cfg.NS)), cfg.SPLIT_K, sms))

@@ -1,0 +1,46 @@
+"""Decode a whole packed weight into a dense [N, K] matrix (fp32 / fp16 / bf16).
+
+Two users: the tests, which hold every Triton decoder bit-exact against the float64 reference
+through it, and the large-M path that decodes once into a scratch buffer and hands the product to
+cuBLAS (torch.matmul), which wins when M is large enough that the decode pass is amortised.
+"""
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from .decode import decode_tile
+from .formats_meta import FORMAT_CODES, block_geometry
+
+DEQUANT_BN = 16   # weight rows per program
+DEQUANT_NS = 8    # 32-element sub-blocks per program (256 columns)
+
+
+@triton.jit
+def _dequant_kernel(w_ptr, out_ptr, N, K, row_bytes,
+                    FMT: tl.constexpr, GROUP: tl.constexpr, BN: tl.constexpr, NS: tl.constexpr):
+    n = tl.program_id(0) * BN + tl.arange(0, BN)
+    s = tl.program_id(1) * NS + tl.arange(0, NS)
+    t = tl.arange(0, 32)
+    n3 = n[:, None, None]
+    s3 = s[None, :, None]
+    mask = (n3 < N) & (s3 < K // 32)
+    w = decode_tile(w_ptr, n3.to(tl.int64) * row_bytes, s3, t[None, None, :], mask, FMT, GROUP)
+    out = out_ptr + n3.to(tl.int64) * K + s3 * 32 + t[None, None, :]
+    tl.store(out, w.to(out_ptr.dtype.element_ty), mask=mask)
+
+
+def dequantize_triton(w: torch.Tensor, fmt: str, N: int, K: int, group_size: int = 0,
+                      dtype: torch.dtype = torch.float32, out: torch.Tensor | None = None) -> torch.Tensor:
+    """Decode packed ``w`` (uint8 [N, row_bytes]) to ``dtype`` [N, K] with the Triton decoders."""
+    elems, nbytes = block_geometry(fmt, group_size)
+    if w.dtype != torch.uint8 or w.dim() != 2 or w.shape[0] != N or w.shape[1] != K // elems * nbytes:
+        raise ValueError(f"w: expected uint8 [{N}, {K // elems * nbytes}] for {fmt} with K={K}, "
+                         f"got {w.dtype} {list(w.shape)}")
+    if out is None:
+        out = torch.empty((N, K), dtype=dtype, device=w.device)
+    grid = (triton.cdiv(N, DEQUANT_BN), triton.cdiv(K // 32, DEQUANT_NS))
+    _dequant_kernel[grid](w, out, N, K, w.stride(0), FORMAT_CODES[fmt], group_size,
+                          DEQUANT_BN, DEQUANT_NS)
+    return out

@@ -1,0 +1,94 @@
+"""``gemm_cuda``: the CUDA implementation of ``uqr::gemm``, choosing a Triton kernel by M and path.
+
+    path "vec"  -> ternary_vec.py (ternary only)
+    path "mma"  -> gemm.py, or for large M a Triton decode into a scratch matrix + cuBLAS
+    path "auto" -> vec for ternary at tiny M, else mma
+The thresholds live in configs.py and come from the H200 benchmark.
+"""
+from __future__ import annotations
+
+import torch
+
+from . import configs
+from .configs import GemmConfig, VecConfig
+from .dequant import dequantize_triton
+from .formats_meta import FORMAT_CODES, block_geometry
+from .gemm import gemm_mma
+from .layout import GemmLayout, plan_gemm
+from .ternary_vec import gemm_ternary_vec
+
+PATHS = ("auto", "mma", "vec")
+KERNELS = ("auto", "fused", "scratch")
+
+
+def _check_weight(w: torch.Tensor, x: torch.Tensor, fmt: str, N: int, K: int, group_size: int) -> None:
+    if fmt not in FORMAT_CODES:
+        raise ValueError(f"fmt: expected one of {sorted(FORMAT_CODES)}, got {fmt!r}")
+    if fmt != "mlx4" and group_size not in (0, block_geometry(fmt)[0]):
+        raise ValueError(f"group_size: expected 0 for {fmt}, got {group_size}")
+    elems, nbytes = block_geometry(fmt, group_size)
+    if N <= 0 or K <= 0 or K % elems:
+        raise ValueError(f"K: expected a positive multiple of {fmt}'s block of {elems} (N={N}, K={K})")
+    row_bytes = K // elems * nbytes
+    if w.dtype != torch.uint8 or w.dim() != 2 or tuple(w.shape) != (N, row_bytes) or w.stride(1) != 1:
+        raise ValueError(f"w: expected uint8 [{N}, {row_bytes}] with unit-stride rows for {fmt} "
+                         f"(N={N}, K={K}), got {w.dtype} {list(w.shape)} strides {w.stride()}")
+    if w.device != x.device:
+        raise ValueError(f"w: expected on x's device {x.device}, got {w.device}")
+    if w.stride(0) % 2:
+        raise ValueError("w: row stride must be even (fp16 fields are read as aligned halves)")
+
+
+def _scratch_matmul(lay: GemmLayout, w: torch.Tensor, fmt: str, N: int, K: int, group_size: int) -> None:
+    """Decode W once into x's dtype, then cuBLAS; layouts are bridged with torch views/copies."""
+    wd = dequantize_triton(w, fmt, N, K, group_size, dtype=lay.x.dtype)
+    x = lay.x
+    # [batch, M, K] view of x; head-strided x is gathered by torch (one copy, amortised at large M).
+    if lay.x_hs:
+        x = x.reshape(-1, x.shape[-3], x.shape[-2], x.shape[-1]).transpose(1, 2).reshape(-1, lay.M, K)
+    else:
+        x = x.reshape(-1, lay.M, K)
+    prod = torch.matmul(x, wd.t())
+    if lay.y_hs:  # direct-head y: [batch, H, M, D] <- [batch, M, H, D]
+        H = N // lay.y_hd
+        lay.y.view(-1, H, lay.M, lay.y_hd).copy_(prod.view(-1, lay.M, H, lay.y_hd).transpose(1, 2))
+    else:
+        lay.y.view(-1, lay.M, N).copy_(prod.view(-1, lay.M, N))
+
+
+def gemm_triton(x: torch.Tensor, w: torch.Tensor, fmt: str, N: int, K: int, group_size: int = 0,
+                out_heads: int = 0, in_heads: bool = False, path: str = "auto", kernel: str = "auto",
+                config: GemmConfig | VecConfig | None = None) -> torch.Tensor:
+    """y = x W^T with W packed in ``fmt``; ``kernel``/``config`` override the choice (tests, bench)."""
+    if path not in PATHS:
+        raise ValueError(f"path: expected one of {PATHS}, got {path!r}")
+    if kernel not in KERNELS:
+        raise ValueError(f"kernel: expected one of {KERNELS}, got {kernel!r}")
+    if path == "vec" and fmt != "ternary":
+        raise ValueError(f"path: 'vec' is only valid for fmt 'ternary', got fmt {fmt!r}")
+    _check_weight(w, x, fmt, N, K, group_size)
+    if x.dtype not in (torch.float16, torch.bfloat16, torch.float32):
+        raise ValueError(f"x: expected float16, bfloat16 or float32, got {x.dtype}")
+    lay = plan_gemm(x, N, K, out_heads, in_heads)
+    if lay.y.numel() == 0:
+        return lay.y
+    sms = (torch.cuda.get_device_properties(x.device).multi_processor_count
+           if x.device.type == "cuda" else configs.DEFAULT_SMS)
+    if path == "auto":
+        path = "vec" if fmt == "ternary" and lay.M * lay.batch <= configs.VEC_AUTO_MAX_M else "mma"
+    if path == "vec":
+        gemm_ternary_vec(lay, w, N, K, config or configs.vec_config(lay.M, N, K, sms))
+        return lay.y
+    if kernel == "auto":
+        kernel = "scratch" if lay.M * lay.batch >= configs.SCRATCH_AUTO_MIN_M else "fused"
+    if kernel == "scratch":
+        _scratch_matmul(lay, w, fmt, N, K, group_size)
+    else:
+        gemm_mma(lay, w, fmt, N, K, group_size, config or configs.mma_config(lay.M, N, K, sms))
+    return lay.y
+
+
+def gemm_cuda(x: torch.Tensor, w: torch.Tensor, fmt: str, N: int, K: int, group_size: int,
+              out_heads: int, in_heads: bool, path: str) -> torch.Tensor:
+    """The ``uqr::gemm`` CUDA kernel: same arguments as the operator schema (opschema)."""
+    return gemm_triton(x, w, fmt, N, K, group_size, out_heads, in_heads, path)
