@@ -256,28 +256,43 @@ def build_llama(ckpt: GGUFCheckpoint, config, *, device="cpu", dtype=torch.float
     return model, formats
 
 
+def requantize(model: nn.Module, fmt: str, *, fallback: str = "pad", progress: bool = False,
+               **opts) -> SwapSummary:
+    """Decode every QuantLinear of ``model`` to float and quantize it again into ``fmt``.
+
+    Attention must not be direct-head yet (call ``use_direct_heads`` afterwards).
+    """
+    for name, mod in list(model.named_modules()):
+        if isinstance(mod, QuantLinear):
+            lin = nn.Linear(mod.in_features, mod.out_features, bias=mod.bias is not None,
+                            device=mod.weight.device, dtype=torch.float32)
+            lin.weight.data.copy_(dequantize(mod.qtensor)[:, : mod.in_features])
+            if mod.bias is not None:
+                lin.bias.data.copy_(mod.bias)
+            parent, _, child = name.rpartition(".")
+            setattr(model.get_submodule(parent) if parent else model, child, lin)
+    return quantize_model(model, fmt, fallback=fallback, progress=progress, verbose=False, **opts)
+
+
 def load_llama(path: Optional[str] = None, *, device="cpu", dtype=torch.float32, fmt: Optional[str] = None,
-               fallback: str = "q8_0", direct_heads: bool = True, progress: bool = False, **opts) -> LoadedModel:
+               fallback: str = "pad", direct_heads: bool = True, progress: bool = False,
+               ckpt: Optional[GGUFCheckpoint] = None, **opts) -> LoadedModel:
     """Load a llama GGUF (default: SmolLM2-135M-Instruct Q4_1) onto the router.
 
     With ``fmt`` the weights are decoded and re-quantized into that format first (``fallback``
     and ``opts`` as in ``quantize_model``); otherwise the file's blocks are used as they are.
+    ``ckpt`` reuses an already loaded ``load_gguf(path)``.
     """
-    path = path or default_gguf_path()
-    ckpt = load_gguf(path)
+    path = path or (ckpt.path if ckpt is not None else default_gguf_path())
+    ckpt = ckpt if ckpt is not None else load_gguf(path)
     config = load_config(path)
     tokenizer = load_tokenizer(path)
     model, formats = build_llama(ckpt, config, device=device, dtype=dtype, direct_heads=False)
     summary = None
     if fmt is not None:
-        for name, mod in list(model.named_modules()):
-            if isinstance(mod, QuantLinear):  # back to float, then into the requested format
-                lin = nn.Linear(mod.in_features, mod.out_features, bias=False, device=device, dtype=torch.float32)
-                lin.weight.data.copy_(dequantize(mod.qtensor))
-                parent, _, child = name.rpartition(".")
-                setattr(model.get_submodule(parent) if parent else model, child, lin)
-        summary = quantize_model(model, fmt, fallback=fallback, progress=progress, verbose=False, **opts)
+        summary = requantize(model, fmt, fallback=fallback, progress=progress, **opts)
         formats = dict(summary.formats)
+        model.to(dtype)
     if direct_heads:
         use_direct_heads(model)
     return LoadedModel(model, tokenizer, path, formats, summary)

