@@ -9,6 +9,7 @@ between emulated threads, e.g. a missing threadgroup_barrier.
 """
 from __future__ import annotations
 
+import functools
 import os
 import struct
 import subprocess
@@ -31,6 +32,16 @@ class SanitizedRun:
     y: torch.Tensor | None
     returncode: int
     stderr: str
+
+
+@functools.lru_cache(maxsize=1)
+def _can_disable_aslr() -> bool:
+    """Whether `setarch -R` works here (containers may forbid the personality call)."""
+    try:
+        return subprocess.run(["setarch", os.uname().machine, "-R", "true"],
+                              capture_output=True).returncode == 0
+    except OSError:
+        return False
 
 
 def _span_bytes(t: torch.Tensor) -> bytes:
@@ -70,7 +81,7 @@ def run_sanitized(variant: str, x: torch.Tensor, w: torch.Tensor, fmt: str, N: i
         # ThreadSanitizer needs its fixed memory layout; some kernels' address-space randomisation
         # breaks it, and `setarch -R` turns randomisation off for the child only.
         cmd = [str(exe), str(request), str(output)]
-        if variant == "tsan" and os.path.exists("/usr/bin/setarch"):
+        if variant == "tsan" and _can_disable_aslr():
             cmd = ["setarch", os.uname().machine, "-R", *cmd]
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
         y = None
