@@ -183,15 +183,9 @@ class QuantLinear(nn.Module):
 
 def block_size_of(fmt: str, **opts) -> int:
     """Elements per block of ``fmt`` along K (mlx4: its group size, default 64)."""
-    if fmt == "mlx4":
-        return int(opts.get("group_size", 64))
-    if fmt not in _BLOCK:
-        raise ValueError(f"fmt must be one of {sorted(_BLOCK) + ['mlx4']}, got {fmt!r}")
-    return _BLOCK[fmt]
+    from .formats import layout
 
-
-# Block sizes from shared/formats-spec.md (fixed by the binary contract).
-_BLOCK = {"q4_0": 32, "q4_1": 32, "q8_0": 32, "q4_k": 256, "var_affine": 256, "exl3": 256, "ternary": 32}
+    return layout(fmt, opts.get("group_size"))[0]
 
 
 def save_quantized(module: nn.Module, path: str) -> None:
