@@ -1,0 +1,68 @@
+"""Shared helpers of the operator tests: fresh random weights, the float64 reference, the error."""
+from __future__ import annotations
+
+import functools
+import importlib
+import os
+
+import torch
+
+import torch_uqr as uqr
+
+# The format registry (torch_uqr.formats the attribute is the formats() function).
+uqr_formats = importlib.import_module("torch_uqr.formats")
+
+# (fmt, group_size): every format, mlx4 at each group size.
+FORMAT_CASES = [("q4_0", None), ("q4_1", None), ("q8_0", None), ("q4_k", None), ("mlx4", 32),
+                ("mlx4", 64), ("mlx4", 128), ("var_affine", None), ("exl3", None), ("ternary", None)]
+FORMAT_IDS = [f if g is None else f"{f}-g{g}" for f, g in FORMAT_CASES]
+
+# Max-abs error relative to max |reference|: fp32 is accumulation error only; fp16/bf16 add the
+# rounding of y to the output dtype (bf16: 2^-9 relative).
+TOL = {torch.float32: 1e-5, torch.float16: 1e-2, torch.bfloat16: 1e-2}
+
+# Fresh data every run; the seed is printed by failing asserts so a failure can be replayed.
+SEED = int(os.environ.get("UQR_TEST_SEED", int.from_bytes(os.urandom(4), "little")))
+_gen = torch.Generator().manual_seed(SEED)
+
+
+def randn(*shape: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    return torch.randn(*shape, generator=_gen).to(dtype)
+
+
+@functools.lru_cache(maxsize=None)
+def weights(fmt: str, group_size: int | None, N: int, K: int) -> tuple[uqr.QTensor, torch.Tensor]:
+    """Random valid packed blocks (every field drawn over its range, so negative mlx4 scales,
+    q8_0's -128, all q4_k scale bits, every var_affine depth mix occur) and their float64
+    reference decode; cached for the session."""
+    g = group_size or 0
+    data = uqr_formats.get(fmt).random_blocks(N, K, _gen, g)
+    qt = uqr.QTensor.from_bytes(data, fmt, (N, K), group_size)
+    return qt, uqr.dequantize(qt).double()
+
+
+def quantized(fmt: str, group_size: int | None, N: int, K: int) -> tuple[uqr.QTensor, torch.Tensor]:
+    """A weight produced by the format's quantizer (real-model-like blocks) and its reference."""
+    qt = uqr.quantize(randn(N, K) * 0.05, fmt, group_size=group_size)
+    return qt, uqr.dequantize(qt).double()
+
+
+def reference(x: torch.Tensor, W: torch.Tensor, out_heads: int = 0, in_heads: bool = False) -> torch.Tensor:
+    """x @ W.T in float64 with the operator's layout rules applied by plain torch indexing."""
+    xd = x.double()
+    if in_heads:  # [..., H, M, D] -> [..., M, H*D]
+        xd = xd.transpose(-3, -2)
+        xd = xd.reshape(*xd.shape[:-2], -1)
+    y = xd @ W.T
+    if out_heads:  # [..., M, N] -> [..., H, M, D]
+        y = y.reshape(*y.shape[:-1], out_heads, -1).transpose(-3, -2)
+    return y
+
+
+def assert_close(y: torch.Tensor, ref: torch.Tensor, dtype: torch.dtype, what: str = "") -> None:
+    assert y.shape == ref.shape, f"{what}: shape {tuple(y.shape)} != {tuple(ref.shape)}"
+    assert y.dtype == dtype, f"{what}: dtype {y.dtype} != {dtype}"
+    assert bool(torch.isfinite(y).all()), f"{what}: non-finite output (unwritten element?) seed={SEED}"
+    scale = ref.abs().max().item()
+    err = (y.double() - ref).abs().max().item() / max(scale, 1e-30)
+    assert err < TOL[dtype], f"{what}: rel error {err:.3g} >= {TOL[dtype]:g} (seed={SEED})"
