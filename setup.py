@@ -24,11 +24,24 @@ def extra_compile_args():
     return args
 
 
+def generate_shader_header():
+    """Embed the Metal library source (shaders/ + csrc/include/uqr/, includes inlined) as
+    csrc/mps/uqr_shader_source.h for the MPS glue, which compiles it at first use. The generator is
+    torch_uqr/metal_emu/source.py, loaded by path so the package need not be importable yet."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location(
+        "_uqr_shader_source", os.path.join(ROOT, "torch_uqr", "metal_emu", "source.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    module.write_embedded_header(os.path.join(ROOT, "csrc", "mps", "uqr_shader_source.h"))
+
+
 def extensions():
     sources = cpu_sources()
     cxx = extra_compile_args()
     define_macros = []
     if sys.platform == "darwin" and os.uname().machine == "arm64":
+        generate_shader_header()
         sources += sorted(glob.glob("csrc/mps/*.mm"))
         define_macros.append(("UQR_WITH_MPS", "1"))
         cxx = cxx + ["-fobjc-arc"]

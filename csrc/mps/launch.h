@@ -3,6 +3,7 @@
 // Objective-C++ glue (gemm_mps.mm) and the CPU emulator (torch_uqr/metal_emu), so the emulator runs
 // exactly the dispatch a Mac would.
 #pragma once
+#include "uqr/formats.h"
 #include "uqr/params.h"
 #include "../../shaders/uqr_tiles.h"
 
