@@ -1,2 +1,198 @@
-"""Placeholder: being written."""
-from_mlx = to_mlx = from_bitnet = from_gguf_ternary = None
+"""Lossless import/export between ecosystem layouts and our blocks.
+
+* MLX affine 4-bit (``wq`` uint32, ``scales``, ``biases``) <-> ``mlx4``;
+* Hugging Face BitNet packed ternary weights (+ ``weight_scale``) -> ``ternary``;
+* GGUF ``TQ1_0`` / ``TQ2_0`` tensors -> ``ternary``.
+"""
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+import torch
+
+from .formats import mlx4, ternary
+from .formats._bytes import read_f16
+from .formats._checks import require_finite_f16
+from .qtensor import QTensor
+
+__all__ = ["from_mlx", "to_mlx", "from_bitnet", "from_gguf_ternary"]
+
+
+def _to_numpy(a, name: str) -> np.ndarray:
+    """numpy view/copy of a numpy, torch or mlx array (bfloat16 widened to float32, exactly)."""
+    if isinstance(a, np.ndarray):
+        return a
+    if isinstance(a, torch.Tensor):
+        t = a.detach().cpu()
+        return (t.float() if t.dtype == torch.bfloat16 else t).numpy()
+    if type(a).__module__.startswith("mlx"):
+        import mlx.core as mx
+        if a.dtype == mx.bfloat16:
+            a = a.astype(mx.float32)
+        return np.array(a)
+    if np.isscalar(a) or isinstance(a, (list, tuple)):
+        return np.asarray(a)
+    raise ValueError(f"{name} must be a numpy, torch or mlx array, got {type(a).__name__}")
+
+
+def _exact_f16(values: np.ndarray, name: str) -> np.ndarray:
+    """``values`` as fp16, or a ValueError if any of them is not exactly representable."""
+    v = values.astype(np.float32)
+    with np.errstate(over="ignore"):
+        h = v.astype(np.float16)
+    lossy = ~(h.astype(np.float32) == v)
+    if lossy.any():
+        i = np.unravel_index(int(np.argmax(lossy)), v.shape)
+        raise ValueError(f"{name}[{', '.join(map(str, i))}] = {v[i]!r} cannot be stored exactly as fp16 "
+                         f"(mlx4 keeps fp16 scales and biases; converting would change the weights)")
+    return h
+
+
+def from_mlx(wq, scales, biases, group_size: int = 64) -> QTensor:
+    """MLX 4-bit affine arrays -> ``QTensor("mlx4")``, a pure repack (no value changes).
+
+    wq: uint32 ``[N, K/8]``; scales, biases: ``[N, K/g]`` (fp16, or any dtype whose values fp16
+    holds exactly; anything else raises ``ValueError``). Negative scales are fine.
+    """
+    g, block_bytes = mlx4.layout(group_size)
+    wq = _to_numpy(wq, "wq")
+    sc = _to_numpy(scales, "scales")
+    bi = _to_numpy(biases, "biases")
+    if wq.dtype != np.uint32 or wq.ndim != 2:
+        raise ValueError(f"wq must be a 2-D uint32 array [N, K/8], got {wq.dtype} with shape {wq.shape}")
+    N, K = wq.shape[0], wq.shape[1] * 8
+    if K % g:
+        raise ValueError(f"mlx4: K={K} (from wq's {wq.shape[1]} words) is not a multiple of group_size {g}")
+    for name, a in (("scales", sc), ("biases", bi)):
+        if a.shape != (N, K // g):
+            raise ValueError(f"{name} must have shape (N, K/group_size) = {(N, K // g)}, got {a.shape}")
+    sc16 = _exact_f16(sc, "scales")
+    bi16 = _exact_f16(bi, "biases")
+    for name, a in (("scales", sc16), ("biases", bi16)):
+        if not np.isfinite(a).all():
+            raise ValueError(f"mlx4: {name} contain NaN or Inf")
+    # uint32 words are little-endian, so their bytes are already MLX's LSB-first nibble stream.
+    qs = np.ascontiguousarray(wq.astype("<u4")).view(np.uint8).reshape(N, K // g, g // 2)
+    blocks = np.concatenate([sc16.reshape(N, -1, 1).view(np.uint8).reshape(N, -1, 2),
+                             bi16.reshape(N, -1, 1).view(np.uint8).reshape(N, -1, 2), qs], axis=2)
+    return QTensor(torch.from_numpy(blocks.reshape(N, -1 if N else block_bytes)), "mlx4", (N, K), g)
+
+
+def to_mlx(qt: QTensor) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``QTensor("mlx4")`` -> MLX's ``(wq uint32 [N, K/8], scales fp16 [N, K/g], biases fp16 [N, K/g])``."""
+    if not isinstance(qt, QTensor) or qt.fmt != "mlx4":
+        raise ValueError(f"to_mlx needs an mlx4 QTensor, got {qt!r}")
+    N, K, g = qt.N, qt.K, qt.group_size
+    blocks = qt.data.detach().cpu().numpy().reshape(N, K // g, 4 + g // 2)
+    scales = np.ascontiguousarray(blocks[:, :, 0:2]).view(np.float16).reshape(N, K // g)
+    biases = np.ascontiguousarray(blocks[:, :, 2:4]).view(np.float16).reshape(N, K // g)
+    wq = np.ascontiguousarray(blocks[:, :, 4:]).reshape(N, K // 2).view("<u4").astype(np.uint32)
+    return wq, scales, biases
+
+
+def _scale_to_f16(d: torch.Tensor, what: str) -> torch.Tensor:
+    h = d.to(torch.float16).float()
+    if not bool(torch.isfinite(h).all()):
+        raise ValueError(f"ternary: {what} does not fit fp16 (got max |d| = {d.abs().max().item():.4g})")
+    return h
+
+
+def from_bitnet(packed, weight_scale, out_features: int, convention: str = "divide") -> QTensor:
+    """Hugging Face BitNet weights -> ``QTensor("ternary")``.
+
+    packed: uint8 ``[ceil(N/4), K]``; bits ``2i..2i+1`` of packed row r hold row ``i·ceil(N/4) + r``
+    as value + 1. weight_scale: a scalar (or ``[1]``) or one value per output row ``[N]``.
+    convention: ``"divide"`` (``BitLinear``: W = t / weight_scale) or ``"multiply"``
+    (``AutoBitLinear``: W = t · weight_scale). The trits are kept exactly; the per-block scale is
+    the fp16 nearest to the resulting factor (exact for the multiply convention with bf16/fp16 scales).
+    """
+    if convention not in ("divide", "multiply"):
+        raise ValueError(f"convention must be 'divide' or 'multiply', got {convention!r}")
+    p = torch.as_tensor(_to_numpy(packed, "packed")) if not isinstance(packed, torch.Tensor) else packed
+    if p.dtype != torch.uint8 or p.dim() != 2:
+        raise ValueError(f"packed must be a 2-D uint8 array [ceil(N/4), K], got {p.dtype} {tuple(p.shape)}")
+    N = int(out_features)
+    rows = (N + 3) // 4
+    if N < 1 or p.shape[0] != rows:
+        raise ValueError(f"packed has {p.shape[0]} rows; out_features={N} needs ceil(N/4) = {rows}")
+    K = p.shape[1]
+    if K % ternary.BLOCK:
+        raise ValueError(f"ternary: K={K} is not a multiple of the block size {ternary.BLOCK}")
+    shifts = torch.arange(0, 8, 2, device=p.device, dtype=torch.int32).view(4, 1, 1)
+    codes = ((p.to(torch.int32).unsqueeze(0) >> shifts) & 3).reshape(4 * rows, K)[:N]
+    bad = torch.nonzero(codes == 3)
+    if bad.numel():
+        r, k = bad[0].tolist()
+        raise ValueError(f"packed: row {r}, column {k} holds code 3; BitNet codes are value + 1 in {{0, 1, 2}}")
+    ws = torch.as_tensor(_to_numpy(weight_scale, "weight_scale"), dtype=torch.float32).reshape(-1).to(p.device)
+    if ws.numel() not in (1, N):
+        raise ValueError(f"weight_scale must have 1 or out_features={N} values, got {ws.numel()}")
+    if not bool(torch.isfinite(ws).all()) or (convention == "divide" and bool((ws == 0).any())):
+        raise ValueError("weight_scale must be finite (and non-zero for the divide convention)")
+    d = (1.0 / ws) if convention == "divide" else ws
+    d = _scale_to_f16(d.expand(N), "the weight scale").repeat_interleave(K // ternary.BLOCK)
+    blocks = ternary.pack(d, codes.reshape(-1, ternary.BLOCK) - 1)
+    return QTensor(blocks.reshape(N, -1), "ternary", (N, K))
+
+
+_TQ = {"TQ1_0": 54, "TQ2_0": 66}  # bytes per 256-weight block
+_TQ_BLOCK = 256
+
+
+def _tq2_codes(b: torch.Tensor) -> torch.Tensor:
+    """TQ2_0 ``u8 qs[64]`` -> codes ``[n, 256]``: byte 32c + l, bits 2s.. hold element 128c + 32s + l."""
+    q = b[:, :64].to(torch.int32).reshape(-1, 2, 1, 32)
+    shifts = torch.arange(0, 8, 2, device=b.device, dtype=torch.int32).view(1, 1, 4, 1)
+    return ((q >> shifts) & 3).reshape(-1, 256)
+
+
+def _trits(q: torch.Tensor, count: int) -> torch.Tensor:
+    """Base-3 digits stored as fixed-point fractions: digit s of byte q is ``((q·3^s mod 256)·3) >> 8``."""
+    pows = torch.tensor([1, 3, 9, 27, 81][:count], device=q.device, dtype=torch.int32)
+    return (((q.unsqueeze(-2) * pows.view(-1, 1)) & 255) * 3) >> 8
+
+
+def _tq1_codes(b: torch.Tensor) -> torch.Tensor:
+    """TQ1_0 ``u8 qs[48]; u8 qh[4]`` -> codes ``[n, 256]`` (5 trits per qs byte, 4 per qh byte)."""
+    q = b.to(torch.int32)
+    n = q.shape[0]
+    head = _trits(q[:, 0:32], 5).reshape(n, 160)     # digit s of byte l: element 32s + l
+    mid = _trits(q[:, 32:48], 5).reshape(n, 80)      # element 160 + 16s + l
+    tail = _trits(q[:, 48:52], 4).reshape(n, 16)     # element 240 + 4s + l
+    return torch.cat([head, mid, tail], 1)
+
+
+def from_gguf_ternary(raw, kind: str, shape: Sequence[int]) -> QTensor:
+    """A GGUF ``TQ1_0`` or ``TQ2_0`` tensor's bytes (rows of 256-weight blocks) -> ``QTensor("ternary")``.
+
+    Lossless: each 256-weight block's fp16 scale is copied to its eight 32-weight blocks. Raises
+    ``ValueError`` on a wrong length, K not a multiple of 256, a non-finite scale, or a TQ2_0 code 3
+    (which ggml would decode as +2, not a ternary value).
+    """
+    if kind not in _TQ:
+        raise ValueError(f"kind must be 'TQ1_0' or 'TQ2_0', got {kind!r}")
+    N, K = (int(v) for v in shape)
+    if N < 1 or K < 1 or K % _TQ_BLOCK:
+        raise ValueError(f"{kind}: K={K} must be a positive multiple of {_TQ_BLOCK} (and N={N} positive)")
+    if isinstance(raw, torch.Tensor):
+        t = raw
+    elif isinstance(raw, np.ndarray):
+        t = torch.from_numpy(np.ascontiguousarray(raw))
+    else:
+        t = torch.frombuffer(bytearray(raw), dtype=torch.uint8)
+    if t.dtype != torch.uint8:
+        raise ValueError(f"{kind}: raw must be uint8 bytes, got dtype {t.dtype}")
+    size = _TQ[kind]
+    expected = N * K // _TQ_BLOCK * size
+    if t.numel() != expected:
+        raise ValueError(f"{kind}: got {t.numel()} bytes, expected {expected} for shape ({N}, {K})")
+    b = t.reshape(-1, size)
+    d = read_f16(b, size - 2)
+    require_finite_f16(d, kind, "scale d")
+    codes = _tq1_codes(b) if kind == "TQ1_0" else _tq2_codes(b)
+    if kind == "TQ2_0" and bool((codes == 3).any()):
+        blk = int(torch.nonzero((codes == 3).any(1))[0, 0])
+        raise ValueError(f"TQ2_0: block {blk} contains code 3, which is not a ternary value")
+    blocks = ternary.pack(d.repeat_interleave(_TQ_BLOCK // ternary.BLOCK), codes.reshape(-1, ternary.BLOCK) - 1)
+    return QTensor(blocks.reshape(N, -1), "ternary", (N, K))

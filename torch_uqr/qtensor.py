@@ -173,7 +173,8 @@ def dequantize(qt: QTensor) -> torch.Tensor:
         raise ValueError(f"dequantize expects a QTensor, got {type(qt).__name__}")
     module = _formats.get(qt.fmt)
     N, K = qt.shape
-    out = torch.empty(N, K, dtype=torch.float32, device=qt.data.device)
+    # NaN-filled, so a slice a decoder failed to write cannot pass for data.
+    out = torch.full((N, K), float("nan"), dtype=torch.float32, device=qt.data.device)
     for rows in _row_slices(N, K):
         out[rows] = module.decode(qt.data[rows], rows.stop - rows.start, K, qt.group_size)
     return out

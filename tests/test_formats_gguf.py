@@ -1,0 +1,93 @@
+"""Bit-exactness against the ``gguf`` package (ggml's reference Python implementation)."""
+import numpy as np
+import pytest
+import torch
+
+import torch_uqr as uqr
+from torch_uqr.formats import get
+
+gguf = pytest.importorskip("gguf", reason="the gguf package is the reference for the GGUF formats")
+T = gguf.GGMLQuantizationType
+GGUF_TYPES = {"q4_0": T.Q4_0, "q4_1": T.Q4_1, "q8_0": T.Q8_0, "q4_k": T.Q4_K}
+
+
+def tricky_weights(N: int, K: int, gen: torch.Generator) -> torch.Tensor:
+    """Gaussian rows plus rows that stress rounding: zeros, constants, exact halves, sign ties."""
+    w = torch.randn(N, K, generator=gen)
+    w[0] = 0.0
+    w[1] = 0.375
+    w[2] = torch.randint(-16, 17, (K,), generator=gen).float() / 4     # many exact .5 quotients
+    w[3, ::2], w[3, 1::2] = 1.0, -1.0                                      # |max| tie of both signs
+    w[4] = torch.randn(K, generator=gen) * 1e-6                            # subnormal fp16 scales
+    w[5] = torch.distributions.StudentT(2.0).sample((K,)) * 30
+    return w
+
+
+@pytest.mark.parametrize("fmt", ["q4_0", "q4_1", "q8_0"])
+def test_quantizer_bytes_equal_ggml(fmt, gen):
+    w = tricky_weights(9, 96, gen)
+    ours = uqr.quantize(w, fmt).data.numpy()
+    theirs = gguf.quants.quantize(w.numpy(), GGUF_TYPES[fmt])
+    np.testing.assert_array_equal(ours, theirs)
+
+
+@pytest.mark.parametrize("fmt", list(GGUF_TYPES))
+def test_decode_equals_gguf_on_random_blocks(fmt, gen):
+    N, K = 4, 3 * get(fmt).BLOCK
+    data = get(fmt).random_blocks(N, K, gen)
+    ours = uqr.dequantize(uqr.QTensor.from_bytes(data, fmt, (N, K)))
+    theirs = gguf.quants.dequantize(data.numpy(), GGUF_TYPES[fmt])
+    np.testing.assert_array_equal(ours.numpy(), theirs)
+
+
+@pytest.mark.parametrize("fmt", list(GGUF_TYPES))
+def test_decode_equals_gguf_on_quantized_data(fmt, gen):
+    N, K = 6, 2 * get(fmt).BLOCK
+    w = tricky_weights(N, K, gen)
+    qt = uqr.quantize(w, fmt)
+    np.testing.assert_array_equal(uqr.dequantize(qt).numpy(),
+                                  gguf.quants.dequantize(qt.data.numpy(), GGUF_TYPES[fmt]))
+    # and bytes gguf made decode identically through our path
+    if fmt != "q4_k":
+        theirs = gguf.quants.quantize(w.numpy(), GGUF_TYPES[fmt])
+        ours = uqr.dequantize(uqr.QTensor.from_bytes(theirs, fmt, (N, K)))
+        np.testing.assert_array_equal(ours.numpy(), gguf.quants.dequantize(theirs, GGUF_TYPES[fmt]))
+
+
+def test_q4_k_search_beats_plain_min_max(gen, rel_rms):
+    """The scale search must do better than q4_1-style min/max rounding at the same 32-groups."""
+    w = torch.distributions.StudentT(3.0).sample((64, 512))
+    err_k = rel_rms(uqr.dequantize(uqr.quantize(w, "q4_k")), w)
+    err_1 = rel_rms(uqr.dequantize(uqr.quantize(w, "q4_1")), w)
+    assert err_k < 0.97 * err_1, (err_k, err_1)
+
+
+@pytest.mark.parametrize("kind", ["TQ1_0", "TQ2_0"])
+def test_gguf_ternary_import_matches_gguf_decoder(kind, gen):
+    N, K = 3, 512
+    w = torch.randn(N, K, generator=gen).numpy()
+    raw = gguf.quants.quantize(w, T[kind])
+    qt = uqr.from_gguf_ternary(raw.tobytes(), kind, (N, K))
+    assert qt.fmt == "ternary" and qt.shape == (N, K)
+    np.testing.assert_array_equal(uqr.dequantize(qt).numpy(), gguf.quants.dequantize(raw, T[kind]))
+    # every base-3 byte pattern of TQ1_0 is valid: random payloads must decode identically too
+    size = raw.shape[1] // (K // 256)
+    rnd = torch.randint(0, 256, raw.shape, generator=gen, dtype=torch.uint8).numpy()
+    blocks = rnd.reshape(-1, size)
+    blocks[:, -2:] = np.frombuffer(np.float16([0.25]).tobytes(), np.uint8)
+    if kind == "TQ2_0":
+        trits = torch.randint(0, 3, (blocks.shape[0], 64, 4), generator=gen).numpy().astype(np.uint8)
+        blocks[:, :64] = (trits << np.array([0, 2, 4, 6], np.uint8)).sum(-1).astype(np.uint8)
+    got = uqr.from_gguf_ternary(rnd, kind, (N, K))
+    np.testing.assert_array_equal(uqr.dequantize(got).numpy(), gguf.quants.dequantize(rnd, T[kind]))
+
+
+def test_tq2_code_3_is_rejected(gen):
+    raw = gguf.quants.quantize(torch.randn(1, 256, generator=gen).numpy(), T.TQ2_0).copy()
+    raw[0, 5] |= 0b11
+    with pytest.raises(ValueError, match="code 3"):
+        uqr.from_gguf_ternary(raw, "TQ2_0", (1, 256))
+    with pytest.raises(ValueError, match="expected"):
+        uqr.from_gguf_ternary(raw[:, :-1], "TQ2_0", (1, 256))
+    with pytest.raises(ValueError, match="multiple of 256"):
+        uqr.from_gguf_ternary(raw, "TQ2_0", (2, 128))

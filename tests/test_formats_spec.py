@@ -1,0 +1,154 @@
+"""Every decoder against a literal, one-block-at-a-time reading of docs/formats.md in float64.
+
+The readers below use ``struct`` and Python integers only, so they share no code with the
+vectorized decoders; random valid blocks and quantized data both go through them.
+"""
+import struct
+
+import pytest
+import torch
+
+import torch_uqr as uqr
+from torch_uqr.formats import NAMES, get, layout
+
+
+def f16(b, o):
+    return struct.unpack_from("<e", b, o)[0]
+
+
+def bits(b, start, width):
+    return sum(((b[(start + t) // 8] >> ((start + t) % 8)) & 1) << t for t in range(width))
+
+
+def read_q4_0(b, g):
+    d = f16(b, 0)
+    return [((b[2 + j % 16] >> (4 * (j // 16))) & 15) * d - 8 * d for j in range(32)]
+
+
+def read_q4_1(b, g):
+    d, m = f16(b, 0), f16(b, 2)
+    return [((b[4 + j % 16] >> (4 * (j // 16))) & 15) * d + m for j in range(32)]
+
+
+def read_q8_0(b, g):
+    d = f16(b, 0)
+    return [v * d for v in struct.unpack_from("<32b", b, 2)]
+
+
+def read_q4_k(b, g):
+    d, dmin = f16(b, 0), f16(b, 2)
+    s = b[4:16]
+    out = []
+    for i in range(256):
+        j, l = i // 32, i % 32
+        if j < 4:
+            sc, m = s[j] & 63, s[j + 4] & 63
+        else:
+            sc = (s[j + 4] & 15) | ((s[j - 4] >> 6) << 4)
+            m = (s[j + 4] >> 4) | ((s[j] >> 6) << 4)
+        q = (b[16 + 32 * (j // 2) + l] >> (4 * (j % 2))) & 15
+        out.append(d * sc * q - dmin * m)
+    return out
+
+
+def read_mlx4(b, g):
+    scale, bias = f16(b, 0), f16(b, 2)
+    return [scale * bits(b[4:], 4 * i, 4) + bias for i in range(g)]
+
+
+def read_var_affine(b, g):
+    d, bias = f16(b, 0), f16(b, 2)
+    depth = [m & 7 for m in b[20:28]]
+    out = []
+    for j in range(8):
+        start = 32 * sum(depth[:j])
+        for t in range(32):
+            out.append(d * b[4 + j] * bits(b[32:], start + t * depth[j], depth[j]) + bias * b[12 + j])
+    return out
+
+
+def read_exl3(b, g):
+    d, bias = f16(b, 0), f16(b, 2)
+    book = struct.unpack_from("<16b", b, 20)
+    out = []
+    for i in range(256):
+        j, k = i // 32, bits(b[48:], 3 * i, 3)
+        out.append(d * (b[4 + j] * book[k] + b[12 + j] * book[8 + k]) + bias)
+    return out
+
+
+def read_ternary(b, g):
+    d = f16(b, 0)
+    qs = struct.unpack_from("<2I", b, 4)
+    return [d * (((qs[i // 16] >> (2 * (i % 16))) & 3) - 1) for i in range(32)]
+
+
+READERS = {"q4_0": read_q4_0, "q4_1": read_q4_1, "q8_0": read_q8_0, "q4_k": read_q4_k,
+           "mlx4": read_mlx4, "var_affine": read_var_affine, "exl3": read_exl3, "ternary": read_ternary}
+CASES = [(f, 0) for f in NAMES if f != "mlx4"] + [("mlx4", g) for g in (32, 64, 128)]
+
+
+def literal_decode(qt):
+    """float64 [N, K] by the readers above, block by block."""
+    raw = bytes(qt.data.cpu().numpy().tobytes())
+    size = qt.block_bytes
+    values = []
+    for o in range(0, len(raw), size):
+        values += READERS[qt.fmt](raw[o:o + size], qt.block_size)
+    return torch.tensor(values, dtype=torch.float64).reshape(qt.N, qt.K)
+
+
+def test_registry_lists_the_eight_formats():
+    assert uqr.formats() == ["q4_0", "q4_1", "q8_0", "q4_k", "mlx4", "var_affine", "exl3", "ternary"]
+    assert set(READERS) == set(uqr.formats())
+
+
+@pytest.mark.parametrize("fmt,g", CASES)
+def test_decode_matches_literal_reading_on_random_blocks(fmt, g, gen):
+    block = layout(fmt, g or None)[0]
+    N, K = 3, 2 * block
+    data = get(fmt).random_blocks(N, K, gen, **({"group_size": g} if g else {}))
+    qt = uqr.QTensor.from_bytes(data, fmt, (N, K), group_size=g or None)
+    got = uqr.dequantize(qt)
+    ref = literal_decode(qt)
+    assert not torch.isnan(got).any()
+    # Decoders compute in float32; the reading is float64. Each decoder rounds at most twice.
+    torch.testing.assert_close(got.double(), ref, rtol=2 ** -22, atol=1e-30)
+
+
+@pytest.mark.parametrize("fmt,g", CASES)
+def test_decode_matches_literal_reading_on_quantized_data(fmt, g, gen, rel_rms):
+    block = layout(fmt, g or None)[0]
+    N, K = 5, 3 * block
+    w = torch.randn(N, K, generator=gen) * 0.02
+    qt = uqr.quantize(w, fmt, group_size=g or None)
+    got = uqr.dequantize(qt)
+    torch.testing.assert_close(got.double(), literal_decode(qt), rtol=2 ** -22, atol=1e-30)
+    assert rel_rms(got, w) < 0.5
+
+
+@pytest.mark.parametrize("fmt,g", CASES)
+def test_layout_properties(fmt, g):
+    qt = uqr.quantize(torch.randn(2, 256), fmt, group_size=g or None)
+    block, size = layout(fmt, g or None)
+    assert (qt.block_size, qt.block_bytes) == (block, size)
+    assert qt.data.dtype == torch.uint8 and tuple(qt.data.shape) == (2, 256 // block * size)
+    assert qt.bits_per_weight == 8 * size / block and qt.nbytes == qt.data.numel()
+    assert qt.group_size == g and (qt.N, qt.K) == (2, 256) and qt.K % qt.block_size == 0
+    assert fmt in repr(qt)
+    expected_bpw = {"q4_0": 4.5, "q4_1": 5.0, "q8_0": 8.5, "q4_k": 4.5, "var_affine": 5.0, "exl3": 4.5,
+                    "ternary": 3.0}.get(fmt, {32: 5.0, 64: 4.5, 128: 4.25}.get(g))
+    assert qt.bits_per_weight == expected_bpw
+
+
+@pytest.mark.parametrize("fmt,g", CASES)
+def test_round_trip_through_bytes_is_identical(fmt, g, gen):
+    block = layout(fmt, g or None)[0]
+    w = torch.distributions.StudentT(3.0).sample((7, 2 * block)) * 0.1
+    qt = uqr.quantize(w, fmt, group_size=g or None)
+    raw = qt.data.numpy().tobytes()
+    again = uqr.QTensor.from_bytes(raw, fmt, (7, 2 * block), group_size=g or None)
+    assert torch.equal(again.data, qt.data)
+    assert torch.equal(uqr.dequantize(again), uqr.dequantize(qt))
+    # quantizing the decoded values needs not give the same bytes, but to() must keep them
+    assert torch.equal(qt.to("cpu").data, qt.data)
