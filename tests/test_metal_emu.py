@@ -109,3 +109,14 @@ def test_shader_source_is_self_contained() -> None:
     assert "[[host_name(name)]]" in text and "[[buffer(0)]]" in text
     stripped = source.strip_attributes(text)
     assert "[[" not in stripped and "uqr_gemm_mma(device const T* x ," in stripped
+
+
+@pytest.mark.skipif(not uqr.ops.op_available(), reason="torch_uqr._C (CPU backend) not built")
+@pytest.mark.parametrize("fmt,path", [("q4_1", "auto"), ("exl3", "mma"), ("ternary", "vec")])
+def test_same_results_as_the_cpu_backend(fmt: str, path: str) -> None:
+    qt, _ = weights(fmt, None, N, K)
+    x = randn(2, 2, 3, K // 2, dtype=torch.bfloat16)  # [batch, H_in, M, D_in]
+    y_emu = uqr.gemm(x, qt, out_heads=5, in_heads=True, path=path, backend="metal-emu")
+    y_cpu = uqr.gemm(x, qt, out_heads=5, in_heads=True, path=path)
+    assert y_emu.shape == y_cpu.shape
+    assert_close(y_emu, y_cpu.double(), torch.bfloat16, f"{fmt} emulator vs CPU")
