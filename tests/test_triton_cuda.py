@@ -42,7 +42,8 @@ def test_cuda_all_m_buckets(fmt: str, dtype: torch.dtype) -> None:
     for M in (1, 9, 33, 100, 1100) if dtype == torch.bfloat16 else (1, 300):
         x = torch.randn(M, K, device="cuda").to(dtype)
         ref = x.double() @ wref.t()
-        for kernel in ("fused", "scratch") if M >= 300 else ("fused",):
+        kernels = ("fused", "scratch") if M >= 300 else ("fused", "gemv") if M <= 9 else ("fused",)
+        for kernel in kernels:
             _check(gemm_triton(x, w, fmt, N, K, g, kernel=kernel), ref, dtype, f"{fmt} M={M} {kernel}")
     if fmt == "ternary":
         for M in (1, 5):
@@ -60,7 +61,7 @@ def test_cuda_head_layouts(fmt: str) -> None:
     x = torch.randn(3, H_in, M, K // H_in, device="cuda", dtype=torch.bfloat16)
     ref = (x.transpose(1, 2).reshape(3, M, K).double() @ wref.t()).reshape(3, M, H_out, N // H_out).transpose(1, 2)
     for path in ("mma", "vec") if fmt == "ternary" else ("mma",):
-        for kernel in ("fused", "scratch"):
+        for kernel in ("fused", "scratch", "gemv"):
             y = gemm_triton(x, w, fmt, N, K, 0, out_heads=H_out, in_heads=True, path=path, kernel=kernel)
             _check(y, ref, torch.bfloat16, f"{fmt} heads {path} {kernel}")
 

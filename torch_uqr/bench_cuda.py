@@ -25,6 +25,7 @@ MS = (1, 16, 128, 512, 2048, 4096)
 MLX4_GROUP = 64  # MLX's default group size
 SCRATCH_MIN_M = 128  # below this the decode pass alone outweighs any matmul saving
 VEC_MAX_M = 128      # the vec path re-reads W per row; larger M takes seconds
+GEMV_MAX_M = 16      # likewise the one-row CUDA-core kernel
 
 
 def _time_calls(calls: list[Callable[[], object]], reps: int, graph: bool = True) -> float:
@@ -117,7 +118,8 @@ def bench_shape(N: int, K: int, Ms, formats, reps: int, l2: int, rows: list) -> 
         for M in Ms:
             xs = [X[j % len(X)][:M] for j in range(n_sets)]
             ref = xs[0].double() @ w_ref.t()
-            kernels = ["fused"] + (["scratch"] if M >= SCRATCH_MIN_M else [])
+            kernels = (["fused"] + (["scratch"] if M >= SCRATCH_MIN_M else [])
+                       + (["gemv"] if M <= GEMV_MAX_M else []))
             paths = ["mma"] + (["vec"] if fmt == "ternary" and M <= VEC_MAX_M else [])
             for path in paths:
                 for kernel in (kernels if path == "mma" else ["fused"]):
@@ -143,10 +145,12 @@ def bench_shape(N: int, K: int, Ms, formats, reps: int, l2: int, rows: list) -> 
 
 def sweep(reps: int, l2: int) -> list:
     """Time candidate tensor-core configurations per M bucket on q4_0 / q4_k 14336x4096."""
-    from .triton_kernels.configs import GemmConfig
+    from .triton_kernels.configs import GemmConfig, VecConfig
     from .triton_kernels.dispatch import gemm_triton
     from .triton_kernels.testing import random_packed
     N, K = 14336, 4096
+    row_cands = [VecConfig(16, 8, 16), VecConfig(8, 8, 16), VecConfig(32, 4, 16), VecConfig(4, 16, 16),
+                 VecConfig(16, 4, 32), VecConfig(8, 16, 16, 8), VecConfig(32, 8, 16, 8)]
     cands = {
         1: [GemmConfig(64, 16, 4, 16), GemmConfig(32, 16, 8, 16), GemmConfig(128, 16, 2, 16),
             GemmConfig(64, 16, 8, 16, 4, 3), GemmConfig(16, 16, 8, 16, 2, 2), GemmConfig(64, 16, 4, 16, 8, 2)],
@@ -162,14 +166,15 @@ def sweep(reps: int, l2: int) -> list:
         W = [random_packed(fmt, N, K, 0, seed=s, device="cuda") for s in range(6)]
         for M, cs in cands.items():
             X = [torch.randn(M, K, device="cuda", dtype=torch.bfloat16) for _ in range(6)]
-            for c in cs:
+            for c in cs + (row_cands if M == 1 else []):
+                kern = "gemv" if isinstance(c, VecConfig) else "fused"
                 try:
-                    ms = _time_calls([lambda j=j: gemm_triton(X[j], W[j], fmt, N, K, kernel="fused", config=c)
+                    ms = _time_calls([lambda j=j: gemm_triton(X[j], W[j], fmt, N, K, kernel=kern, config=c)
                                       for j in range(6)], reps)
                 except Exception as exc:  # noqa: BLE001 - a config that fails to compile is a data point
                     ms = float("nan")
                     print("   ", c, repr(exc)[:160])
-                out.append({"fmt": fmt, "M": M, "config": c.__dict__, "ms": ms})
+                out.append({"fmt": fmt, "M": M, "kernel": kern, "config": c.__dict__, "ms": ms})
                 print(f"  sweep {fmt} M={M:5d} {c} {ms*1e3:9.1f} us", flush=True)
         del W
     return out
@@ -211,7 +216,7 @@ def table(rows: list) -> str:
     keys = sorted({(r["N"], r["K"], r["M"]) for r in rows})
     for N, K, M in keys:
         sel = [r for r in rows if (r["N"], r["K"], r["M"]) == (N, K, M) and "ms" in r]
-        def best(fmt, kernels=("fused", "scratch")):
+        def best(fmt, kernels=("fused", "scratch", "gemv")):
             c = [r for r in sel if r["fmt"] == fmt and r["kernel"] in kernels]
             if not c:
                 return "-"

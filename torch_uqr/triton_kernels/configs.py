@@ -22,7 +22,7 @@ class GemmConfig:
 
 @dataclass(frozen=True)
 class VecConfig:
-    """One launch configuration of the ternary add/subtract kernel (ternary_vec.py)."""
+    """One launch configuration of a one-row kernel (gemv.py, ternary_vec.py)."""
     BN: int
     NS: int
     SPLIT_K: int = 1
@@ -38,9 +38,12 @@ MMA_TABLE: list[tuple[int, GemmConfig]] = [
     (1 << 62, GemmConfig(BN=128, BM=128, NS=2, SPLIT_K=1, num_warps=8, num_stages=3)),
 ]
 VEC_CONFIG = VecConfig(BN=16, NS=8, SPLIT_K=16, num_warps=4)
+GEMV_CONFIG = VecConfig(BN=16, NS=8, SPLIT_K=16, num_warps=4)
 
 # The ternary vec path re-decodes the weights for every activation row, so it only pays at tiny M.
 VEC_AUTO_MAX_M = 1
+# Up to this many activation rows, path "auto" uses the CUDA-core row kernel (gemv.py).
+GEMV_AUTO_MAX_M = 1
 # From this M on, decoding once into a scratch matrix and calling cuBLAS beats the fused kernel.
 SCRATCH_AUTO_MIN_M = 1024
 # A split over K is worth it while the (n, m) tiles alone leave SMs idle; aim for this many programs.
@@ -64,8 +67,7 @@ def mma_config(M: int, N: int, K: int, sms: int = DEFAULT_SMS) -> GemmConfig:
     return replace(cfg, SPLIT_K=split_for(tiles, -(-K // (32 * cfg.NS)), cfg.SPLIT_K, sms))
 
 
-def vec_config(M: int, N: int, K: int, sms: int = DEFAULT_SMS) -> VecConfig:
-    """The ternary vec configuration; one program per (row block, K split, activation row)."""
-    cfg = VEC_CONFIG
+def row_config(cfg: VecConfig, M: int, N: int, K: int, sms: int = DEFAULT_SMS) -> VecConfig:
+    """A one-row kernel's configuration; one program per (row block, K split, activation row)."""
     tiles = -(-N // cfg.BN) * M
     return replace(cfg, SPLIT_K=split_for(tiles, -(-K // (32 * cfg.NS)), cfg.SPLIT_K, sms))

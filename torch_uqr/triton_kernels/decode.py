@@ -1,15 +1,20 @@
 """Per-format decoders in Triton: packed bytes -> fp32 weight tiles (bit-exact to formats-spec.md).
 
-Every format is cut into 32-element sub-blocks (q4_k / var_affine / exl3 sub-blocks, mlx4 groups in
-32-element slices, whole blocks for the 32-element formats), so one interface serves all:
+One interface for every format:
 
-    decode_<fmt>(w_ptr, row_off, s, t, mask, ...) -> fp32 [BN, NS, 32]
+    w, kl = decode_tile(w_ptr, row_off, n_ok, s0, n_sub, FMT, GROUP, BN, NS)
 
-``row_off`` [BN,1,1] is the byte offset of each weight row, ``s`` [1,NS,1] the global index of each
-sub-block along K, ``t`` [1,1,32] the element inside it, ``mask`` [BN,NS,1] which sub-blocks exist.
-Per-block fields (scales, mins) are loaded on the [BN,NS,1] shape and broadcast, so a scale is read
-once per sub-block rather than once per element; the repeated byte reads of the nibble formats (two
-elements share a byte) are served by L1.
+decodes rows ``row_off`` (byte offsets, [BN,1,1]) over the NS 32-element sub-blocks starting at
+sub-block ``s0`` (K columns [32*s0, 32*(s0+NS))) into ``w`` [BN, 32*NS] fp32, *in storage order*:
+column e of w holds weight column 32*s0 + kl[e]. A dot product does not care about the order of
+k, so the kernels load x at the same ``kl`` and never shuffle the weights back.
+
+Why storage order: the bytes must be loaded contiguously along the tile's fastest dim, or Triton
+lays the tile out with lanes across rows and every warp load touches 32 rows (measured: 7x slower
+for q4_0, bench/NOTES.md v1). So nibble formats load [.., 16] bytes per sub-block and tl.join the
+low and high nibbles; bitstream formats load the sub-block's bytes contiguously and pick each
+code's bytes with tl.gather (a register shuffle). Per-block fields (scales, mins) are loaded on
+[BN, NS, 1] shapes and broadcast.
 """
 from __future__ import annotations
 
@@ -45,131 +50,199 @@ def _f16(ptr, mask):
 
 
 @triton.jit
-def _stream_bits(qs_ptr, bit, width, nbytes: tl.constexpr, mask):
-    """``width``-bit LSB-first values at ``bit`` of a byte stream; widths <= 9 span at most 2 bytes."""
-    byte = bit >> 3
-    lo = _u8(qs_ptr + byte, mask)
-    hi = _u8(qs_ptr + byte + 1, mask & (byte + 1 < nbytes))
+def _sub_blocks(n_ok, s0, n_sub, NS: tl.constexpr):
+    """Global sub-block indices [1,NS,1] from s0 and which (row, sub-block) pairs exist."""
+    s = s0 + tl.arange(0, NS)[None, :, None]
+    return s, n_ok & (s < n_sub)
+
+
+@triton.jit
+def _nibble_pairs_kl(NS: tl.constexpr):
+    """kl of a tile stored as (sub-block, byte j, nibble h) where element = h*16 + j (q4_0, q4_1)."""
+    e = tl.arange(0, NS * 32)
+    el = e & 31
+    return (e >> 5) * 32 + (el & 1) * 16 + (el >> 1)
+
+
+@triton.jit
+def _join_nibbles(lo, hi, BN: tl.constexpr, NS: tl.constexpr, NATURAL: tl.constexpr):
+    """[BN, X, 16|32] low/high-nibble values -> [BN, NS*32]: each byte's two values adjacent
+    (storage order), or with NATURAL all low nibbles then all high ones (a register shuffle)."""
+    pairs = tl.join(lo, hi)
+    if NATURAL:
+        pairs = tl.permute(pairs, (0, 1, 3, 2))
+    return tl.reshape(pairs, (BN, NS * 32))
+
+
+@triton.jit
+def _decode_q4_01(w_ptr, row_off, n_ok, s0, n_sub, ASYM: tl.constexpr, BN: tl.constexpr, NS: tl.constexpr,
+                  NATURAL: tl.constexpr):
+    """q4_0 (y = (q - 8) d) and q4_1 (y = q d + m): 16 bytes per block after the halves."""
+    s, ok = _sub_blocks(n_ok, s0, n_sub, NS)
+    blk = w_ptr + row_off + s.to(tl.int64) * (20 if ASYM else 18)
+    d = _f16(blk, ok)
+    qs = _u8(blk + (4 if ASYM else 2) + tl.arange(0, 16)[None, None, :], ok)
+    if ASYM:
+        m = _f16(blk + 2, ok)
+        lo = (qs & 15).to(tl.float32) * d + m
+        hi = (qs >> 4).to(tl.float32) * d + m
+    else:
+        lo = ((qs & 15) - 8).to(tl.float32) * d
+        hi = ((qs >> 4) - 8).to(tl.float32) * d
+    if NATURAL:
+        return _join_nibbles(lo, hi, BN, NS, True), tl.arange(0, NS * 32)
+    return _join_nibbles(lo, hi, BN, NS, False), _nibble_pairs_kl(NS)
+
+
+@triton.jit
+def _decode_q8_0(w_ptr, row_off, n_ok, s0, n_sub, BN: tl.constexpr, NS: tl.constexpr):
+    s, ok = _sub_blocks(n_ok, s0, n_sub, NS)
+    blk = w_ptr + row_off + s.to(tl.int64) * 34
+    q = _i8(blk + 2 + tl.arange(0, 32)[None, None, :], ok)
+    w = q.to(tl.float32) * _f16(blk, ok)
+    return tl.reshape(w, (BN, NS * 32)), tl.arange(0, NS * 32)
+
+
+@triton.jit
+def _q4_k_scale_min(scales, j, ok):
+    """ggml's 6-bit packing: j < 4 reads scales[j], scales[j+4]; j >= 4 combines scales[j+4]'s
+    nibbles with the top two bits of scales[j-4] (scale) and scales[j] (min)."""
+    a = _u8(scales + j, ok)
+    b = _u8(scales + 4 + j, ok)
+    c = _u8(scales + tl.where(j < 4, j, j - 4), ok)
+    sc = tl.where(j < 4, a & 63, (b & 15) | ((c >> 6) << 4))
+    mn = tl.where(j < 4, b & 63, (b >> 4) | ((a >> 6) << 4))
+    return sc.to(tl.float32), mn.to(tl.float32)
+
+
+@triton.jit
+def _decode_q4_k(w_ptr, row_off, n_ok, s0, n_sub, BN: tl.constexpr, NS: tl.constexpr, NATURAL: tl.constexpr):
+    """Sub-blocks 2c and 2c+1 share qs[32c .. 32c+31] (low / high nibbles): decode them as pairs.
+    s0 and NS are even (configs guarantee it), so a tile never splits a pair."""
+    P: tl.constexpr = NS // 2
+    c = s0 // 2 + tl.arange(0, P)[None, :, None]           # global pair index
+    ok = n_ok & (2 * c < n_sub)
+    blk = w_ptr + row_off + (c >> 2).to(tl.int64) * 144
+    cp = c & 3
+    d = _f16(blk, ok)
+    dmin = _f16(blk + 2, ok)
+    sc0, mn0 = _q4_k_scale_min(blk + 4, 2 * cp, ok)
+    sc1, mn1 = _q4_k_scale_min(blk + 4, 2 * cp + 1, ok)
+    qs = _u8(blk + 16 + cp * 32 + tl.arange(0, 32)[None, None, :], ok)
+    lo = (d * sc0) * (qs & 15).to(tl.float32) - dmin * mn0
+    hi = (d * sc1) * (qs >> 4).to(tl.float32) - dmin * mn1
+    if NATURAL:
+        return _join_nibbles(lo, hi, BN, NS, True), tl.arange(0, NS * 32)
+    e = tl.arange(0, NS * 32)
+    el = e & 63
+    kl = (e >> 6) * 64 + (el & 1) * 32 + (el >> 1)
+    return _join_nibbles(lo, hi, BN, NS, False), kl
+
+
+@triton.jit
+def _decode_mlx4(w_ptr, row_off, n_ok, s0, n_sub, GROUP: tl.constexpr, BN: tl.constexpr, NS: tl.constexpr):
+    """Element i of a group is byte i/2, low nibble for even i: joined nibbles are already in order."""
+    SUBS: tl.constexpr = GROUP // 32
+    s, ok = _sub_blocks(n_ok, s0, n_sub, NS)
+    blk = w_ptr + row_off + (s // SUBS).to(tl.int64) * (4 + GROUP // 2)
+    scale = _f16(blk, ok)
+    bias = _f16(blk + 2, ok)
+    qs = _u8(blk + 4 + (s % SUBS) * 16 + tl.arange(0, 16)[None, None, :], ok)
+    lo = (qs & 15).to(tl.float32) * scale + bias
+    hi = (qs >> 4).to(tl.float32) * scale + bias
+    return _join_nibbles(lo, hi, BN, NS, False), tl.arange(0, NS * 32)
+
+
+@triton.jit
+def _gather_bits(raw, bit, width):
+    """``width``-bit LSB-first values at ``bit`` of the 32 bytes ``raw`` [.., 32] each sub-block
+    loaded; a value of <= 9 bits spans 2 bytes, picked by register shuffles (tl.gather)."""
+    byte = tl.broadcast_to(bit >> 3, raw.shape)
+    bit = tl.broadcast_to(bit, raw.shape)
+    lo = tl.gather(raw, byte, axis=2)
+    hi = tl.gather(raw, tl.minimum(byte + 1, 31), axis=2)
     return ((lo | (hi << 8)) >> (bit & 7)) & ((1 << width) - 1)
 
 
 @triton.jit
-def decode_q4_0(w_ptr, row_off, s, t, mask):
-    blk = w_ptr + row_off + s.to(tl.int64) * 18
-    d = _f16(blk, mask)
-    q = (_u8(blk + 2 + (t & 15), mask) >> ((t >> 4) * 4)) & 15
-    return (q - 8).to(tl.float32) * d
-
-
-@triton.jit
-def decode_q4_1(w_ptr, row_off, s, t, mask):
-    blk = w_ptr + row_off + s.to(tl.int64) * 20
-    d = _f16(blk, mask)
-    m = _f16(blk + 2, mask)
-    q = (_u8(blk + 4 + (t & 15), mask) >> ((t >> 4) * 4)) & 15
-    return q.to(tl.float32) * d + m
-
-
-@triton.jit
-def decode_q8_0(w_ptr, row_off, s, t, mask):
-    blk = w_ptr + row_off + s.to(tl.int64) * 34
-    d = _f16(blk, mask)
-    return _i8(blk + 2 + t, mask).to(tl.float32) * d
-
-
-@triton.jit
-def decode_q4_k(w_ptr, row_off, s, t, mask):
-    blk = w_ptr + row_off + (s >> 3).to(tl.int64) * 144
-    j = s & 7
-    d = _f16(blk, mask)
-    dmin = _f16(blk + 2, mask)
-    # ggml's 6-bit packing: j < 4 reads scales[j], scales[j+4]; j >= 4 combines scales[j+4]'s
-    # nibbles with the top two bits of scales[j-4] (scale) and scales[j] (min).
-    a = _u8(blk + 4 + j, mask)
-    b = _u8(blk + 8 + j, mask)
-    c = _u8(blk + 4 + tl.where(j < 4, j, j - 4), mask)
-    sc = tl.where(j < 4, a & 63, (b & 15) | ((c >> 6) << 4))
-    mn = tl.where(j < 4, b & 63, (b >> 4) | ((a >> 6) << 4))
-    q = (_u8(blk + 16 + (j >> 1) * 32 + t, mask) >> ((j & 1) * 4)) & 15
-    return (d * sc.to(tl.float32)) * q.to(tl.float32) - dmin * mn.to(tl.float32)
-
-
-@triton.jit
-def decode_mlx4(w_ptr, row_off, s, t, mask, GROUP: tl.constexpr):
-    SUBS: tl.constexpr = GROUP // 32
-    blk = w_ptr + row_off + (s // SUBS).to(tl.int64) * (4 + GROUP // 2)
-    scale = _f16(blk, mask)
-    bias = _f16(blk + 2, mask)
-    i = (s % SUBS) * 32 + t
-    q = (_u8(blk + 4 + (i >> 1), mask) >> ((i & 1) * 4)) & 15
-    return q.to(tl.float32) * scale + bias
-
-
-@triton.jit
-def _super_block_header(w_ptr, row_off, s, mask, BLOCK_BYTES: tl.constexpr):
+def _super_block_header(w_ptr, row_off, s, ok, BLOCK_BYTES: tl.constexpr):
     """The header var_affine and exl3 share: half d, half bias, then two u8[8] per-sub-block
     multipliers; returns the block pointer, sub-block j, d, bias and sub-block j's two multipliers."""
     blk = w_ptr + row_off + (s >> 3).to(tl.int64) * BLOCK_BYTES
     j = s & 7
-    a = _u8(blk + 4 + j, mask).to(tl.float32)
-    b = _u8(blk + 12 + j, mask).to(tl.float32)
-    return blk, j, _f16(blk, mask), _f16(blk + 2, mask), a, b
+    a = _u8(blk + 4 + j, ok).to(tl.float32)
+    b = _u8(blk + 12 + j, ok).to(tl.float32)
+    return blk, j, _f16(blk, ok), _f16(blk + 2, ok), a, b
 
 
 @triton.jit
-def decode_var_affine(w_ptr, row_off, s, t, mask):
-    blk, j, d, bias, sj, bj = _super_block_header(w_ptr, row_off, s, mask, 160)
-    # Sub-block j starts after the codes of sub-blocks 0..j-1: sum their depths (all 8 modes
-    # bytes are read as a [.., 8] strip; L1 serves the repeats).
+def _decode_var_affine(w_ptr, row_off, n_ok, s0, n_sub, BN: tl.constexpr, NS: tl.constexpr):
+    s, ok = _sub_blocks(n_ok, s0, n_sub, NS)
+    blk, j, d, bias, sj, bj = _super_block_header(w_ptr, row_off, s, ok, 160)
+    # Sub-block j's codes start after those of sub-blocks 0..j-1 (32 * depth bits each, a
+    # multiple of 4 bytes); at most 5 bits x 32 = 20 bytes, so 32 loaded bytes always cover it.
     jj = tl.arange(0, 8)[None, None, :]
-    depths = _u8(blk + 20 + jj, mask) & 7
-    start = 32 * tl.sum(tl.where(jj < j, depths, 0), axis=2)[:, :, None]
+    depths = _u8(blk + 20 + jj, ok) & 7
+    start_byte = 4 * tl.sum(tl.where(jj < j, depths, 0), axis=2)[:, :, None]
     depth = tl.sum(tl.where(jj == j, depths, 0), axis=2)[:, :, None]
-    q = _stream_bits(blk + 32, start + t * depth, depth, 128, mask)
-    return (d * sj) * q.to(tl.float32) + bias * bj
+    t = tl.arange(0, 32)[None, None, :]
+    raw = _u8(blk + 32 + start_byte + t, ok & (start_byte + t < 128))
+    q = _gather_bits(raw, t * depth, depth)
+    w = (d * sj) * q.to(tl.float32) + bias * bj
+    return tl.reshape(w, (BN, NS * 32)), tl.arange(0, NS * 32)
 
 
 @triton.jit
-def decode_exl3(w_ptr, row_off, s, t, mask):
-    blk, j, d, bias, sj, rj = _super_block_header(w_ptr, row_off, s, mask, 144)
-    k = _stream_bits(blk + 48, 3 * (j * 32 + t), 3, 96, mask)
-    p = _i8(blk + 20 + k, mask).to(tl.float32)
-    r = _i8(blk + 28 + k, mask).to(tl.float32)
-    return d * (sj * p + rj * r) + bias
+def _decode_exl3(w_ptr, row_off, n_ok, s0, n_sub, BN: tl.constexpr, NS: tl.constexpr):
+    s, ok = _sub_blocks(n_ok, s0, n_sub, NS)
+    blk, j, d, bias, sj, rj = _super_block_header(w_ptr, row_off, s, ok, 144)
+    # 32 indices x 3 bits = 12 bytes per sub-block, starting at byte 12 j of qs.
+    t = tl.arange(0, 32)[None, None, :]
+    raw = _u8(blk + 48 + 12 * j + t, ok & (t < 12))
+    k = _gather_bits(raw, 3 * t, 3)
+    p = _i8(blk + 20 + k, ok).to(tl.float32)
+    r = _i8(blk + 28 + k, ok).to(tl.float32)
+    w = d * (sj * p + rj * r) + bias
+    return tl.reshape(w, (BN, NS * 32)), tl.arange(0, NS * 32)
 
 
 @triton.jit
-def ternary_codes(w_ptr, row_off, s, t, mask):
-    """Ternary codes (0, 1, 2 = -1, 0, +1) and the block scale, for the decode and the vec path."""
+def ternary_codes(w_ptr, row_off, n_ok, s0, n_sub, BN: tl.constexpr, NS: tl.constexpr):
+    """Ternary codes [BN, NS, 32] (0, 1, 2 = -1, 0, +1) in k order, and the scales [BN, NS, 1].
+    Byte j holds elements 4j .. 4j+3 (2 bits each, LSB first): nested joins keep that order."""
+    s, ok = _sub_blocks(n_ok, s0, n_sub, NS)
     blk = w_ptr + row_off + s.to(tl.int64) * 12
-    d = _f16(blk, mask)
-    code = (_u8(blk + 4 + (t >> 2), mask) >> ((t & 3) * 2)) & 3
-    return code, d
+    d = _f16(blk, ok)
+    qs = _u8(blk + 4 + tl.arange(0, 8)[None, None, :], ok)
+    codes = tl.join(tl.join(qs & 3, (qs >> 4) & 3), tl.join((qs >> 2) & 3, qs >> 6))
+    return tl.reshape(codes, (BN, NS, 32)), d
 
 
 @triton.jit
-def decode_ternary(w_ptr, row_off, s, t, mask):
-    code, d = ternary_codes(w_ptr, row_off, s, t, mask)
-    return (code - 1).to(tl.float32) * d
+def _decode_ternary(w_ptr, row_off, n_ok, s0, n_sub, BN: tl.constexpr, NS: tl.constexpr):
+    codes, d = ternary_codes(w_ptr, row_off, n_ok, s0, n_sub, BN, NS)
+    return tl.reshape((codes - 1).to(tl.float32) * d, (BN, NS * 32)), tl.arange(0, NS * 32)
 
 
 @triton.jit
-def decode_tile(w_ptr, row_off, s, t, mask, FMT: tl.constexpr, GROUP: tl.constexpr):
-    """Decode [BN, NS, 32] weights of format code ``FMT`` (formats_meta.FORMAT_CODES) to fp32."""
+def decode_tile(w_ptr, row_off, n_ok, s0, n_sub, FMT: tl.constexpr, GROUP: tl.constexpr,
+                BN: tl.constexpr, NS: tl.constexpr, NATURAL: tl.constexpr):
+    """Decode format ``FMT`` (formats_meta.FORMAT_CODES); see the module docstring. NATURAL asks
+    for k order (kl = arange) at the cost of a shuffle: for writing a dense matrix, not for dots."""
     if FMT == Q4_0:
-        w = decode_q4_0(w_ptr, row_off, s, t, mask)
+        w, kl = _decode_q4_01(w_ptr, row_off, n_ok, s0, n_sub, False, BN, NS, NATURAL)
     elif FMT == Q4_1:
-        w = decode_q4_1(w_ptr, row_off, s, t, mask)
+        w, kl = _decode_q4_01(w_ptr, row_off, n_ok, s0, n_sub, True, BN, NS, NATURAL)
     elif FMT == Q8_0:
-        w = decode_q8_0(w_ptr, row_off, s, t, mask)
+        w, kl = _decode_q8_0(w_ptr, row_off, n_ok, s0, n_sub, BN, NS)
     elif FMT == Q4_K:
-        w = decode_q4_k(w_ptr, row_off, s, t, mask)
+        w, kl = _decode_q4_k(w_ptr, row_off, n_ok, s0, n_sub, BN, NS, NATURAL)
     elif FMT == MLX4:
-        w = decode_mlx4(w_ptr, row_off, s, t, mask, GROUP)
+        w, kl = _decode_mlx4(w_ptr, row_off, n_ok, s0, n_sub, GROUP, BN, NS)
     elif FMT == VAR_AFFINE:
-        w = decode_var_affine(w_ptr, row_off, s, t, mask)
+        w, kl = _decode_var_affine(w_ptr, row_off, n_ok, s0, n_sub, BN, NS)
     elif FMT == EXL3:
-        w = decode_exl3(w_ptr, row_off, s, t, mask)
+        w, kl = _decode_exl3(w_ptr, row_off, n_ok, s0, n_sub, BN, NS)
     else:
-        w = decode_ternary(w_ptr, row_off, s, t, mask)
-    return w
+        w, kl = _decode_ternary(w_ptr, row_off, n_ok, s0, n_sub, BN, NS)
+    return w, kl

@@ -21,15 +21,12 @@ DEQUANT_NS = 8    # 32-element sub-blocks per program (256 columns)
 def _dequant_kernel(w_ptr, out_ptr, N, K, row_bytes,
                     FMT: tl.constexpr, GROUP: tl.constexpr, BN: tl.constexpr, NS: tl.constexpr):
     n = tl.program_id(0) * BN + tl.arange(0, BN)
-    s = tl.program_id(1) * NS + tl.arange(0, NS)
-    t = tl.arange(0, 32)
-    n3 = n[:, None, None]
-    s3 = s[None, :, None]
-    mask = (n3 < N) & (s3 < K // 32)
-    w = decode_tile(w_ptr, n3.to(tl.int64) * row_bytes, s3, t[None, None, :], mask, FMT, GROUP)
-    out = out_ptr + n3.to(tl.int64) * K + s3 * 32 + t[None, None, :]
-    tl.store(out, w.to(out_ptr.dtype.element_ty), mask=mask)
-
+    s0 = tl.program_id(1) * NS
+    w, kl = decode_tile(w_ptr, n[:, None, None].to(tl.int64) * row_bytes, (n < N)[:, None, None],
+                        s0, K // 32, FMT, GROUP, BN, NS, True)
+    k = s0 * 32 + kl
+    out = out_ptr + n[:, None].to(tl.int64) * K + k[None, :]
+    tl.store(out, w.to(out_ptr.dtype.element_ty), mask=(n < N)[:, None] & (k < K)[None, :])
 
 def dequantize_triton(w: torch.Tensor, fmt: str, N: int, K: int, group_size: int = 0,
                       dtype: torch.dtype = torch.float32, out: torch.Tensor | None = None) -> torch.Tensor:

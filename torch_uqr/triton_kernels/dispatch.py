@@ -2,7 +2,7 @@
 
     path "vec"  -> ternary_vec.py (ternary only)
     path "mma"  -> gemm.py, or for large M a Triton decode into a scratch matrix + cuBLAS
-    path "auto" -> vec for ternary at tiny M, else mma
+    path "auto" -> vec for ternary at tiny M; gemv.py (CUDA cores) at tiny M; else as mma
 The thresholds live in configs.py and come from the H200 benchmark.
 """
 from __future__ import annotations
@@ -14,11 +14,12 @@ from .configs import GemmConfig, VecConfig
 from .dequant import dequantize_triton
 from .formats_meta import FORMAT_CODES, block_geometry
 from .gemm import gemm_mma
+from .gemv import gemm_gemv
 from .layout import GemmLayout, plan_gemm
 from .ternary_vec import gemm_ternary_vec
 
 PATHS = ("auto", "mma", "vec")
-KERNELS = ("auto", "fused", "scratch")
+KERNELS = ("auto", "fused", "gemv", "scratch")
 
 
 def _check_weight(w: torch.Tensor, x: torch.Tensor, fmt: str, N: int, K: int, group_size: int) -> None:
@@ -74,14 +75,19 @@ def gemm_triton(x: torch.Tensor, w: torch.Tensor, fmt: str, N: int, K: int, grou
         return lay.y
     sms = (torch.cuda.get_device_properties(x.device).multi_processor_count
            if x.device.type == "cuda" else configs.DEFAULT_SMS)
-    if path == "auto":
-        path = "vec" if fmt == "ternary" and lay.M * lay.batch <= configs.VEC_AUTO_MAX_M else "mma"
-    if path == "vec":
-        gemm_ternary_vec(lay, w, N, K, config or configs.vec_config(lay.M, N, K, sms))
-        return lay.y
+    rows = lay.M * lay.batch
     if kernel == "auto":
-        kernel = "scratch" if lay.M * lay.batch >= configs.SCRATCH_AUTO_MIN_M else "fused"
-    if kernel == "scratch":
+        if path == "auto" and rows <= configs.GEMV_AUTO_MAX_M:
+            kernel = "gemv"
+        else:
+            kernel = "scratch" if rows >= configs.SCRATCH_AUTO_MIN_M else "fused"
+    if path == "auto":
+        path = "vec" if fmt == "ternary" and rows <= configs.VEC_AUTO_MAX_M else "mma"
+    if path == "vec":
+        gemm_ternary_vec(lay, w, N, K, config or configs.row_config(configs.VEC_CONFIG, lay.M, N, K, sms))
+    elif kernel == "gemv":
+        gemm_gemv(lay, w, fmt, N, K, group_size, config or configs.row_config(configs.GEMV_CONFIG, lay.M, N, K, sms))
+    elif kernel == "scratch":
         _scratch_matmul(lay, w, fmt, N, K, group_size)
     else:
         gemm_mma(lay, w, fmt, N, K, group_size, config or configs.mma_config(lay.M, N, K, sms))

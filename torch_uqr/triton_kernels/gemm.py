@@ -27,7 +27,6 @@ def _gemm_kernel(x_ptr, w_ptr, y_ptr, ws_ptr, M, N, K, w_row_stride,
                  FMT: tl.constexpr, GROUP: tl.constexpr, BN: tl.constexpr, BM: tl.constexpr,
                  NS: tl.constexpr, TILES: tl.constexpr, SPLIT_K: tl.constexpr,
                  DOT_PRECISION: tl.constexpr, UPCAST_DOT: tl.constexpr):
-    BK: tl.constexpr = NS * 32
     pid = tl.program_id(0)
     pid_k = tl.program_id(1)
     b = tl.program_id(2)
@@ -38,7 +37,6 @@ def _gemm_kernel(x_ptr, w_ptr, y_ptr, ws_ptr, M, N, K, w_row_stride,
     pid_m = pid % num_m
     n = pid_n * BN + tl.arange(0, BN)
     m = pid_m * BM + tl.arange(0, BM)
-    t = tl.arange(0, 32)[None, None, :]
     row_off = n[:, None, None].to(tl.int64) * w_row_stride
     n_ok = (n < N)[:, None, None]
     m_ok = (m < M)[None, :]
@@ -49,12 +47,10 @@ def _gemm_kernel(x_ptr, w_ptr, y_ptr, ws_ptr, M, N, K, w_row_stride,
     # TILES is a constexpr trip count (Triton's interpreter cannot loop to a runtime bound under
     # numpy >= 2.4). The last split may run past the end: those sub-blocks are masked, no loads.
     for i in range(TILES):
-        kt = kt_begin + i
-        s = kt * NS + tl.arange(0, NS)
-        s3 = s[None, :, None]
-        w = decode_tile(w_ptr, row_off, s3, t, n_ok & (s3 < n_sub), FMT, GROUP)
-        w = tl.reshape(w, (BN, BK)).to(x_ptr.dtype.element_ty)
-        k = kt * BK + tl.arange(0, BK)
+        s0 = (kt_begin + i) * NS
+        w, kl = decode_tile(w_ptr, row_off, n_ok, s0, n_sub, FMT, GROUP, BN, NS, False)
+        w = w.to(x_ptr.dtype.element_ty)
+        k = s0 * 32 + kl  # x is read in the weights' storage order (decode.py)
         x_cols = ((k // x_hd) * x_hs + k % x_hd)[:, None]
         xt = tl.load(x_rows + x_cols, mask=(k < K)[:, None] & m_ok, other=0.0)
         if UPCAST_DOT:  # same operand rounding, fp32 dot (see interpreter_needs_upcast)

@@ -27,6 +27,18 @@ def _splitk_reduce_kernel(ws_ptr, y_ptr, M, N, y_bs, y_rs, y_hd, y_hs,
     tl.store(y, acc.to(y_ptr.dtype.element_ty), mask=mask)
 
 
+@triton.jit
+def store_row_results(y_ptr, ws_ptr, out, n, N, b, m, M, y_bs, y_rs, y_hd, y_hs, SPLIT_K: tl.constexpr):
+    """Epilogue of the one-activation-row kernels (gemv, ternary vec): ``out`` [BN] holds
+    y(b, m, n) (or this split's part of it, stored to the workspace plane of split program_id(1))."""
+    if SPLIT_K == 1:
+        y = y_ptr + b.to(tl.int64) * y_bs + m.to(tl.int64) * y_rs + (n // y_hd) * y_hs + n % y_hd
+        tl.store(y, out.to(y_ptr.dtype.element_ty), mask=n < N)
+    else:
+        plane = (tl.program_id(1) * (tl.num_programs(2) // M) + b).to(tl.int64) * M * N
+        tl.store(ws_ptr + plane + m.to(tl.int64) * N + n, out, mask=n < N)
+
+
 def new_workspace(split_k: int, lay: GemmLayout, N: int) -> torch.Tensor:
     """fp32 [split_k, batch, M, N] partial sums; every element is written by exactly one program."""
     return torch.empty((split_k, lay.batch, lay.M, N), dtype=torch.float32, device=lay.x.device)

@@ -14,7 +14,7 @@ import triton.language as tl
 from .configs import VecConfig
 from .decode import ternary_codes
 from .layout import GemmLayout
-from .reduce import new_workspace, splitk_reduce
+from .reduce import new_workspace, splitk_reduce, store_row_results
 
 
 @triton.jit
@@ -36,22 +36,14 @@ def _ternary_vec_kernel(x_ptr, w_ptr, y_ptr, ws_ptr, M, N, K, w_row_stride,
     # TILES is a constexpr trip count (Triton's interpreter cannot loop to a runtime bound under
     # numpy >= 2.4). The last split may run past the end: those sub-blocks are masked, no loads.
     for i in range(TILES):
-        kt = kt_begin + i
-        s3 = (kt * NS + tl.arange(0, NS))[None, :, None]
-        s_ok = s3 < n_sub
-        code, d = ternary_codes(w_ptr, row_off, s3, t, n_ok & s_ok)
+        s0 = (kt_begin + i) * NS
+        code, d = ternary_codes(w_ptr, row_off, n_ok, s0, n_sub, BN, NS)
+        s3 = s0 + tl.arange(0, NS)[None, :, None]
         k = s3 * 32 + t
-        xv = tl.load(x_row + (k // x_hd) * x_hs + k % x_hd, mask=s_ok, other=0.0).to(tl.float32)
+        xv = tl.load(x_row + (k // x_hd) * x_hs + k % x_hd, mask=s3 < n_sub, other=0.0).to(tl.float32)
         signed = tl.where(code == 2, xv, tl.where(code == 0, -xv, 0.0))
         acc += tl.sum(signed, axis=2) * tl.reshape(d, (BN, NS))
-    out = tl.sum(acc, axis=1)
-    if SPLIT_K == 1:
-        y = y_ptr + b.to(tl.int64) * y_bs + m.to(tl.int64) * y_rs + (n // y_hd) * y_hs + n % y_hd
-        tl.store(y, out.to(y_ptr.dtype.element_ty), mask=n < N)
-    else:
-        plane = (pid_k * (tl.num_programs(2) // M) + b).to(tl.int64) * M * N
-        tl.store(ws_ptr + plane + m.to(tl.int64) * N + n, out, mask=n < N)
-
+    store_row_results(y_ptr, ws_ptr, tl.sum(acc, axis=1), n, N, b, m, M, y_bs, y_rs, y_hd, y_hs, SPLIT_K)
 
 def gemm_ternary_vec(lay: GemmLayout, w: torch.Tensor, N: int, K: int, cfg: VecConfig) -> None:
     """Run the add/subtract kernel, writing ``lay.y``."""
