@@ -15,15 +15,17 @@ from torch_uqr.metal_emu.source import REPO_ROOT
 from gemm_helpers import assert_close, randn, reference, weights
 
 KERNELS = REPO_ROOT / "shaders" / "uqr_gemm_kernels.h"
+LAUNCH = REPO_ROOT / "csrc" / "mps" / "launch.h"
+TG_MEMORY = "out.threadgroup_bytes = staged > out_tile ? staged : out_tile;"
 STAGED_BARRIER = "    threadgroup_barrier(mem_flags::mem_threadgroup);  // UQR_BARRIER_TILES_STAGED\n"
 BOUNDED_STORE = "if (m < p.M && n < p.N) y[uqr_y_offset(p, b, m, n)] = T(sh_C[i]);"
 N, K = 70, 256
 
 
-def edited_kernels(old: str, new: str) -> dict:
-    text = KERNELS.read_text()
-    assert text.count(old) == 1, f"the kernel source no longer contains exactly one {old!r}"
-    return {KERNELS: text.replace(old, new)}
+def edited(path, old: str, new: str) -> dict:
+    text = path.read_text()
+    assert text.count(old) == 1, f"{path.name} no longer contains exactly one {old!r}"
+    return {path: text.replace(old, new)}
 
 
 def run(variant: str, fmt: str, M: int, path: str, in_heads: bool = False, overrides: dict | None = None
@@ -47,7 +49,15 @@ def test_asan_clean(fmt: str, path: str, M: int, in_heads: bool) -> None:
 def test_asan_catches_an_out_of_bounds_store() -> None:
     """Without the row bound, a 5-row y gets the whole 32-row tile written into it."""
     r, _ = run("asan", "q4_0", 5, "mma",
-               overrides=edited_kernels(BOUNDED_STORE, "if (n < p.N) y[uqr_y_offset(p, b, m, n)] = T(sh_C[i]);"))
+               overrides=edited(KERNELS, BOUNDED_STORE, "if (n < p.N) y[uqr_y_offset(p, b, m, n)] = T(sh_C[i]);"))
+    assert r.returncode != 0
+    assert "AddressSanitizer: heap-buffer-overflow" in r.stderr, r.stderr[-3000:]
+
+
+def test_asan_catches_a_threadgroup_memory_overrun() -> None:
+    """Size threadgroup memory for the fp16 staging tiles only (6 KiB): the 8 KiB fp32 output tile
+    that aliases them then runs past the end."""
+    r, _ = run("asan", "q4_0", 5, "mma", overrides=edited(LAUNCH, TG_MEMORY, "out.threadgroup_bytes = staged;"))
     assert r.returncode != 0
     assert "AddressSanitizer: heap-buffer-overflow" in r.stderr, r.stderr[-3000:]
 
@@ -62,7 +72,7 @@ def test_tsan_clean_intact_kernels(path: str, M: int) -> None:
 def test_tsan_reports_the_race_of_a_removed_barrier() -> None:
     """Drop the barrier between staging the tiles and the MMA reading them: other simdgroups'
     writes to sh_A / sh_B now race with the reads, and TSan must say so."""
-    r, _ = run("tsan", "q4_0", 37, "mma", overrides=edited_kernels(STAGED_BARRIER, ""))
+    r, _ = run("tsan", "q4_0", 37, "mma", overrides=edited(KERNELS, STAGED_BARRIER, ""))
     assert "WARNING: ThreadSanitizer: data race" in r.stderr, r.stderr[-3000:]
     assert "uqr_gemm_kernels.h" in r.stderr or "uqr_mma.h" in r.stderr or "uqr_loaders.h" in r.stderr
     assert r.returncode != 0

@@ -15,6 +15,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cmath>
 #include <cstdint>
@@ -78,11 +79,13 @@ namespace uqr_emu {
 
 constexpr uint kSimdWidth = 32;
 
-// A blocking barrier. std::barrier spins before it sleeps, and with 128 emulated threads on a
-// 2-core machine the spinning threads starve the ones doing work (measured: ~40x slower). A mutex
-// and condition variable sleep at once, and ThreadSanitizer understands their happens-before edges.
+// A blocking barrier. std::barrier may spin before it sleeps, and with 128 emulated threads on a
+// 2-core machine spinning threads compete with the ones doing work; a mutex and condition variable
+// sleep at once, ThreadSanitizer understands their happens-before edges, and a timed wait lets a
+// barrier that can never complete report itself.
 class Barrier {
  public:
+  static constexpr int kBarrierTimeoutSeconds = 120;
   explicit Barrier(uint count) : count_(count), waiting_(count) {}
   void arrive_and_wait() {
     std::unique_lock<std::mutex> lock(mutex_);
@@ -91,8 +94,13 @@ class Barrier {
       ++generation_;
       waiting_ = count_;
       cv_.notify_all();
-    } else {
-      cv_.wait(lock, [&] { return generation_ != gen; });
+    } else if (!cv_.wait_for(lock, std::chrono::seconds(kBarrierTimeoutSeconds),
+                             [&] { return generation_ != gen; })) {
+      // On a GPU a barrier some threads never reach is undefined behaviour (often a hang); say so
+      // instead of hanging the test run.
+      std::fprintf(stderr, "metal-emu: %u of %u threads never reached a barrier (a barrier under "
+                   "divergent control flow, or an early return?)\n", waiting_, count_);
+      std::abort();
     }
   }
 
