@@ -102,9 +102,13 @@ kernel void uqr_gemm_mv(device const T* x [[buffer(0)]],
 
   for (int c = int(tiisg); c < p.K / 8; c += 32) {
     const int k = 8 * c;
+    long col[8];
+    for (int e = 0; e < 8; ++e) col[e] = uqr_x_col_offset(p, k + e);
     float xv[UQR_MV_M * 8];  // x rows m0.. at k..k+7, zero past M
-    for (int m = 0; m < UQR_MV_M; ++m)
-      for (int e = 0; e < 8; ++e) xv[8 * m + e] = m < m_count ? float(x[uqr_x_offset(p, b, m0 + m, k + e)]) : 0.0f;
+    for (int m = 0; m < UQR_MV_M; ++m) {
+      const long row = uqr_x_row_offset(p, b, m0 + m);
+      for (int e = 0; e < 8; ++e) xv[8 * m + e] = m < m_count ? float(x[row + col[e]]) : 0.0f;
+    }
     for (int r = 0; r < UQR_MV_ROWS; ++r) {
       const int n = n0 + r;
       if (n >= p.N) break;

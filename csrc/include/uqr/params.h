@@ -20,8 +20,16 @@ struct uqr_gemm_params {
   uqr_i32 y_head_dim;
 };
 
+// The x offset splits into a row part and a column part, so a kernel that reads several rows at the
+// same columns (the Metal matrix-vector kernel) divides by x_head_dim once per column, not per element.
+UQR_FN uqr_i64 uqr_x_row_offset(UQR_PARAMS_SPACE const uqr_gemm_params& p, uqr_i32 b, uqr_i32 m) {
+  return b * p.x_batch_stride + m * p.x_row_stride;
+}
+UQR_FN uqr_i64 uqr_x_col_offset(UQR_PARAMS_SPACE const uqr_gemm_params& p, uqr_i32 k) {
+  return (k / p.x_head_dim) * p.x_head_stride + k % p.x_head_dim;
+}
 UQR_FN uqr_i64 uqr_x_offset(UQR_PARAMS_SPACE const uqr_gemm_params& p, uqr_i32 b, uqr_i32 m, uqr_i32 k) {
-  return b * p.x_batch_stride + m * p.x_row_stride + (k / p.x_head_dim) * p.x_head_stride + k % p.x_head_dim;
+  return uqr_x_row_offset(p, b, m) + uqr_x_col_offset(p, k);
 }
 UQR_FN uqr_i64 uqr_y_offset(UQR_PARAMS_SPACE const uqr_gemm_params& p, uqr_i32 b, uqr_i32 m, uqr_i32 n) {
   return b * p.y_batch_stride + m * p.y_row_stride + (n / p.y_head_dim) * p.y_head_stride + n % p.y_head_dim;
