@@ -50,6 +50,9 @@ def translation_unit(overrides: dict[Path, str] | None = None, only_formats: Ite
     ``only_formats`` keeps just those formats' instantiation lines of uqr_gemm.metal: the sanitizer
     builds compile one format in a fraction of the time of all eight.
     """
+    if not SHADER_MAIN.is_file() or not LAUNCH_HEADER.is_file():
+        raise RuntimeError(f"metal-emu compiles the shaders from a source checkout; {SHADER_MAIN} or "
+                           f"{LAUNCH_HEADER} is missing (install with `pip install -e .` from the repository)")
     body = strip_attributes(flatten([SHADER_MAIN, LAUNCH_HEADER], overrides=overrides))
     if only_formats is not None:
         keep = set(only_formats)
