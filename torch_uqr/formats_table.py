@@ -1,0 +1,75 @@
+"""``python -m torch_uqr formats``: bits per weight, error and quantize time of every format."""
+from __future__ import annotations
+
+import argparse
+import time
+
+import torch
+
+from .qtensor import dequantize, formats, quantize
+
+__all__ = ["main", "measure"]
+
+
+def _rows() -> list[tuple[str, int | None]]:
+    rows = []
+    for fmt in formats():
+        rows += [(fmt, g) for g in (32, 64, 128)] if fmt == "mlx4" else [(fmt, None)]
+    return rows
+
+
+def _rel_rms(approx: torch.Tensor, exact: torch.Tensor) -> float:
+    return float(((approx.double() - exact.double()).pow(2).mean() / exact.double().pow(2).mean()).sqrt())
+
+
+def measure(size: int = 4096, seed: int = 0, device: str = "cpu") -> list[dict]:
+    """One dict per format/group size: bits per weight, relative RMS error on N(0,1) and on
+    Student-t(3) weights of shape ``[size, size]``, and the seconds ``quantize`` took on the first."""
+    gen = torch.Generator().manual_seed(seed)
+    gauss = torch.randn(size, size, generator=gen).to(device)
+    heavy = torch.distributions.StudentT(torch.tensor(3.0)).sample((size, size)).to(device)
+    results = []
+    for fmt, g in _rows():
+        if device.startswith("cuda"):
+            torch.cuda.synchronize()
+        start = time.perf_counter()
+        qt = quantize(gauss, fmt, group_size=g)
+        if device.startswith("cuda"):
+            torch.cuda.synchronize()
+        seconds = time.perf_counter() - start
+        results.append({
+            "format": fmt if g is None else f"{fmt} g={g}",
+            "bits_per_weight": qt.bits_per_weight,
+            "rel_rms_gaussian": _rel_rms(dequantize(qt), gauss),
+            "rel_rms_student_t3": _rel_rms(dequantize(quantize(heavy, fmt, group_size=g)), heavy),
+            "quantize_seconds": seconds,
+        })
+    return results
+
+
+def render(results: list[dict], size: int) -> str:
+    """A Markdown table of :func:`measure`'s results."""
+    lines = [f"| format | bits/weight | rel. RMS error, N(0,1) | rel. RMS error, Student-t (nu=3) "
+             f"| quantize {size}x{size} |",
+             "|---|---:|---:|---:|---:|"]
+    for r in results:
+        lines.append(f"| {r['format']} | {r['bits_per_weight']:.2f} | {r['rel_rms_gaussian']:.4f} "
+                     f"| {r['rel_rms_student_t3']:.4f} | {r['quantize_seconds']:.2f} s |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Print the table; ``--size 512`` for a quick run."""
+    parser = argparse.ArgumentParser(prog="python -m torch_uqr formats", description=__doc__)
+    parser.add_argument("--size", type=int, default=4096, help="weights are size x size (default 4096)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--device", default="cpu", help="where to quantize (cpu, cuda, mps)")
+    parser.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: torch's default)")
+    args = parser.parse_args(argv)
+    if args.size < 256 or args.size % 256:
+        parser.error("--size must be a positive multiple of 256 (the largest block)")
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    print(f"# torch {torch.__version__}, {torch.get_num_threads()} CPU threads, device {args.device}")
+    print(render(measure(args.size, args.seed, args.device), args.size))
+    return 0
