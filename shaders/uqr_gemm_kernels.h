@@ -32,6 +32,8 @@ kernel void uqr_gemm_mma(device const T* x [[buffer(0)]],
   for (int k0 = 0; k0 < p.K; k0 += UQR_MMA_BK) {
     uqr_stage_x_tile<T, S>(x, p, b, m0, k0, sh_A, tiitg);
     uqr_stage_w_tile<S, FMT>(w, p, n0, k0, sh_B, tiitg);
+    // The MMA reads tile elements other threads wrote. (A test deletes the next line and expects
+    // ThreadSanitizer to report the race: keep it one line.)
     threadgroup_barrier(mem_flags::mem_threadgroup);  // UQR_BARRIER_TILES_STAGED
     mma.step(sh_A, sh_B);
     // The next step's loaders (or the output tile, which aliases the staging area) overwrite tiles
@@ -41,7 +43,7 @@ kernel void uqr_gemm_mma(device const T* x [[buffer(0)]],
   mma.store(sh_C);
   threadgroup_barrier(mem_flags::mem_threadgroup);
 
-  // Consecutive threads write consecutive n: contiguous in y for every supported layout.
+  // Consecutive threads write consecutive n, which are contiguous in y (within one head for out_heads).
   for (uint i = tiitg; i < UQR_MMA_BM * UQR_MMA_BN; i += UQR_MMA_THREADS) {
     int m = m0 + int(i / UQR_MMA_BN), n = n0 + int(i % UQR_MMA_BN);
     if (m < p.M && n < p.N) y[uqr_y_offset(p, b, m, n)] = T(sh_C[i]);
