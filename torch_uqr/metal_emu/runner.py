@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import ctypes
 import functools
-import struct
 from dataclasses import dataclass
 
 import torch
