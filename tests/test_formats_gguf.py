@@ -41,6 +41,22 @@ def test_decode_equals_gguf_on_random_blocks(fmt, gen):
 
 
 @pytest.mark.parametrize("fmt", list(GGUF_TYPES))
+def test_decode_equals_gguf_on_any_finite_scale_bits(fmt, gen):
+    """Random bytes everywhere, fp16 fields drawn from every finite bit pattern (subnormals, 65504)."""
+    N, K = 8, 4 * get(fmt).BLOCK
+    data = torch.randint(0, 256, (N * K // get(fmt).BLOCK, get(fmt).BLOCK_BYTES), generator=gen,
+                         dtype=torch.uint8)
+    n_half = {"q4_0": 1, "q4_1": 2, "q8_0": 1, "q4_k": 2}[fmt]
+    for field in range(n_half):
+        bits = torch.randint(0, 1 << 16, (data.shape[0],), generator=gen).to(torch.int16).view(torch.float16)
+        finite = torch.where(torch.isfinite(bits), bits, torch.tensor(65504.0, dtype=torch.float16))
+        data[:, 2 * field:2 * field + 2] = finite.reshape(-1, 1).view(torch.uint8)
+    data = data.reshape(N, -1)
+    ours = uqr.dequantize(uqr.QTensor.from_bytes(data, fmt, (N, K)))
+    np.testing.assert_array_equal(ours.numpy(), gguf.quants.dequantize(data.numpy(), GGUF_TYPES[fmt]))
+
+
+@pytest.mark.parametrize("fmt", list(GGUF_TYPES))
 def test_decode_equals_gguf_on_quantized_data(fmt, gen):
     N, K = 6, 2 * get(fmt).BLOCK
     w = tricky_weights(N, K, gen)
