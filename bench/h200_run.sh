@@ -10,9 +10,11 @@ LOG="$OUT/run.log"
 {
   date -u; nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,memory.used --format=csv
   python3 -c 'import torch, triton; print("torch", torch.__version__, "triton", triton.__version__)'
+  if [ -z "${SKIP_CHECKS:-}" ]; then
   echo "== build"
   t0=$(date +%s)
-  python3 -m pip install -q --no-build-isolation --no-deps -e . > "$OUT/build.log" 2>&1 \
+  # pip install -e re-enters pip with build isolation (no registry there): build in place instead.
+  python3 setup.py build_ext --inplace -j 16 > "$OUT/build.log" 2>&1 \
     && echo "build ok ($(( $(date +%s) - t0 )) s)" || { echo "BUILD FAILED (tests of the registered op will skip)"; tail -20 "$OUT/build.log"; }
   echo "== CUDA correctness tests"
   t0=$(date +%s)
@@ -32,6 +34,7 @@ for fmt in ("q4_0", "var_affine", "ternary"):
         gemm_triton(x, w, fmt, 72, 512, 0, out_heads=3, in_heads=True, path="vec")
 torch.cuda.synchronize(); print("sanitizer case ran")
 PY
+  fi
   echo "== benchmark ($MODE $*)"
   BARGS=(--json "$OUT/h200.json" --plot "$OUT/h200.png" --table "$OUT/table.md")
   [ "$MODE" = quick ] && BARGS+=(--quick)

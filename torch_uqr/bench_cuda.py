@@ -149,24 +149,19 @@ def sweep(reps: int, l2: int) -> list:
     from .triton_kernels.dispatch import gemm_triton
     from .triton_kernels.testing import random_packed
     N, K = 14336, 4096
-    row_cands = [VecConfig(16, 8, 16), VecConfig(8, 8, 16), VecConfig(32, 4, 16), VecConfig(4, 16, 16),
-                 VecConfig(16, 4, 32), VecConfig(8, 16, 16, 8), VecConfig(32, 8, 16, 8)]
+    row_cands = [VecConfig(32, 4, 1), VecConfig(32, 4, 2), VecConfig(32, 4, 4), VecConfig(16, 8, 2),
+                 VecConfig(16, 8, 4), VecConfig(64, 4, 2), VecConfig(32, 4, 4, 8), VecConfig(64, 8, 2, 8)]
     cands = {
-        1: [GemmConfig(64, 16, 4, 16), GemmConfig(32, 16, 8, 16), GemmConfig(128, 16, 2, 16),
-            GemmConfig(64, 16, 8, 16, 4, 3), GemmConfig(16, 16, 8, 16, 2, 2), GemmConfig(64, 16, 4, 16, 8, 2)],
-        16: [GemmConfig(64, 16, 4, 16), GemmConfig(128, 16, 2, 16), GemmConfig(64, 16, 8, 16, 4, 3)],
-        128: [GemmConfig(128, 64, 2, 4, 4, 3), GemmConfig(64, 128, 2, 4, 4, 3), GemmConfig(128, 128, 2, 4, 8, 3),
-              GemmConfig(64, 64, 4, 4, 4, 2)],
-        512: [GemmConfig(128, 128, 2, 1, 8, 3), GemmConfig(128, 64, 2, 1, 4, 3), GemmConfig(64, 128, 4, 1, 4, 3)],
-        4096: [GemmConfig(128, 128, 2, 1, 8, 3), GemmConfig(128, 256, 2, 1, 8, 3), GemmConfig(256, 128, 2, 1, 8, 3),
-               GemmConfig(128, 128, 4, 1, 8, 2), GemmConfig(128, 256, 1, 1, 8, 4)],
+        1: [],
+        16: [GemmConfig(64, 16, 8, 2, 4, 3), GemmConfig(64, 16, 8, 4, 4, 3), GemmConfig(128, 16, 4, 2, 4, 3),
+             GemmConfig(64, 16, 4, 4, 4, 4), GemmConfig(128, 16, 8, 2, 8, 3)],
     }
     out = []
     for fmt in ("q4_0", "q4_k"):
         W = [random_packed(fmt, N, K, 0, seed=s, device="cuda") for s in range(6)]
         for M, cs in cands.items():
             X = [torch.randn(M, K, device="cuda", dtype=torch.bfloat16) for _ in range(6)]
-            for c in cs + (row_cands if M == 1 else []):
+            for c in cs + (row_cands if M == 1 else []):  # noqa: B023 (lambdas run inside the loop)
                 kern = "gemv" if isinstance(c, VecConfig) else "fused"
                 try:
                     ms = _time_calls([lambda j=j: gemm_triton(X[j], W[j], fmt, N, K, kernel=kern, config=c)
@@ -176,6 +171,12 @@ def sweep(reps: int, l2: int) -> list:
                     print("   ", c, repr(exc)[:160])
                 out.append({"fmt": fmt, "M": M, "kernel": kern, "config": c.__dict__, "ms": ms})
                 print(f"  sweep {fmt} M={M:5d} {c} {ms*1e3:9.1f} us", flush=True)
+        from .triton_kernels.dequant import dequantize_triton
+        for tile in ((16, 8, 4), (32, 8, 4), (64, 4, 4), (32, 16, 8), (8, 16, 4), (64, 8, 8), (16, 16, 4)):
+            ms = _time_calls([lambda j=j: dequantize_triton(W[j], fmt, N, K, 0, torch.bfloat16, tile=tile)
+                              for j in range(6)], reps)
+            out.append({"fmt": fmt, "kernel": "dequant", "tile": tile, "ms": ms})
+            print(f"  sweep {fmt} dequant {tile} {ms*1e3:9.1f} us ({(N * K * 2 + W[0].numel()) / ms / 1e9:.2f} TB/s)", flush=True)
         del W
     return out
 
@@ -239,7 +240,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--quick", action="store_true", help="one shape, M in {1, 16, 512, 4096}")
     ap.add_argument("--formats", default=",".join(FORMATS))
     ap.add_argument("--reps", type=int, default=30)
-    ap.add_argument("--sweep", action="store_true", help="also sweep tensor-core configurations")
+    ap.add_argument("--sweep", action="store_true", help="also sweep kernel configurations")
+    ap.add_argument("--sweep-only", action="store_true", help="only the configuration sweep")
     ap.add_argument("--table", help="write the markdown table to this file")
     args = ap.parse_args(argv)
     if not torch.cuda.is_available():
@@ -253,8 +255,10 @@ def main(argv: list[str] | None = None) -> int:
     shapes = SHAPES[1:2] if args.quick else SHAPES
     Ms = (1, 16, 512, 4096) if args.quick else MS
     result = {"device": props.name, "torch": torch.__version__, "rows": []}
-    if args.sweep:
+    if args.sweep or args.sweep_only:
         result["sweep"] = sweep(args.reps, l2)
+    if args.sweep_only:
+        shapes = ()
     for N, K in shapes:
         print(f"# N={N} K={K}", flush=True)
         bench_shape(N, K, Ms, formats, args.reps, l2, result["rows"])

@@ -31,29 +31,31 @@ class VecConfig:
 
 # (largest M, config) in increasing M; SPLIT_K here is an upper bound, cut by split_for() below.
 MMA_TABLE: list[tuple[int, GemmConfig]] = [
-    (16, GemmConfig(BN=64, BM=16, NS=4, SPLIT_K=16, num_warps=4, num_stages=2)),
+    (16, GemmConfig(BN=64, BM=16, NS=8, SPLIT_K=16, num_warps=4, num_stages=3)),
     (32, GemmConfig(BN=64, BM=32, NS=4, SPLIT_K=16, num_warps=4, num_stages=2)),
     (64, GemmConfig(BN=64, BM=64, NS=4, SPLIT_K=8, num_warps=4, num_stages=2)),
-    (256, GemmConfig(BN=128, BM=64, NS=2, SPLIT_K=4, num_warps=4, num_stages=3)),
-    (1 << 62, GemmConfig(BN=128, BM=128, NS=2, SPLIT_K=1, num_warps=8, num_stages=3)),
+    (256, GemmConfig(BN=64, BM=128, NS=2, SPLIT_K=4, num_warps=4, num_stages=3)),
+    (1 << 62, GemmConfig(BN=128, BM=128, NS=4, SPLIT_K=1, num_warps=8, num_stages=2)),
 ]
 VEC_CONFIG = VecConfig(BN=16, NS=8, SPLIT_K=16, num_warps=4)
-GEMV_CONFIG = VecConfig(BN=16, NS=8, SPLIT_K=16, num_warps=4)
+GEMV_CONFIG = VecConfig(BN=32, NS=4, SPLIT_K=16, num_warps=4)
 
 # The ternary vec path re-decodes the weights for every activation row, so it only pays at tiny M.
-VEC_AUTO_MAX_M = 1
+VEC_AUTO_MAX_M = 0  # measured slower than gemv even at M = 1 (NOTES v2): auto never picks vec
 # Up to this many activation rows, path "auto" uses the CUDA-core row kernel (gemv.py).
 GEMV_AUTO_MAX_M = 1
 # From this M on, decoding once into a scratch matrix and calling cuBLAS beats the fused kernel.
-SCRATCH_AUTO_MIN_M = 1024
+SCRATCH_AUTO_MIN_M = 128
 # A split over K is worth it while the (n, m) tiles alone leave SMs idle; aim for this many programs.
 TARGET_PROGRAMS_PER_SM = 2
+# The one-row kernels are latency-bound (few bytes in flight per program): want more programs.
+ROW_PROGRAMS_PER_SM = 8
 DEFAULT_SMS = 132  # H200; used when no device is visible (interpreter)
 
 
-def split_for(tiles: int, k_tiles: int, max_split: int, sms: int) -> int:
-    """Smallest split over K reaching TARGET_PROGRAMS_PER_SM programs per SM, at most ``max_split``."""
-    want = TARGET_PROGRAMS_PER_SM * sms
+def split_for(tiles: int, k_tiles: int, max_split: int, sms: int, per_sm: int = TARGET_PROGRAMS_PER_SM) -> int:
+    """Smallest split over K reaching ``per_sm`` programs per SM, at most ``max_split``."""
+    want = per_sm * sms
     split = 1
     while tiles * split < want and split * 2 <= min(max_split, k_tiles):
         split *= 2
@@ -70,4 +72,4 @@ def mma_config(M: int, N: int, K: int, sms: int = DEFAULT_SMS) -> GemmConfig:
 def row_config(cfg: VecConfig, M: int, N: int, K: int, sms: int = DEFAULT_SMS) -> VecConfig:
     """A one-row kernel's configuration; one program per (row block, K split, activation row)."""
     tiles = -(-N // cfg.BN) * M
-    return replace(cfg, SPLIT_K=split_for(tiles, -(-K // (32 * cfg.NS)), cfg.SPLIT_K, sms))
+    return replace(cfg, SPLIT_K=split_for(tiles, -(-K // (32 * cfg.NS)), cfg.SPLIT_K, sms, ROW_PROGRAMS_PER_SM))

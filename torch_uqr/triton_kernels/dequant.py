@@ -15,6 +15,7 @@ from .formats_meta import FORMAT_CODES, block_geometry
 
 DEQUANT_BN = 16   # weight rows per program
 DEQUANT_NS = 8    # 32-element sub-blocks per program (256 columns)
+DEQUANT_WARPS = 4
 
 
 @triton.jit
@@ -29,15 +30,17 @@ def _dequant_kernel(w_ptr, out_ptr, N, K, row_bytes,
     tl.store(out, w.to(out_ptr.dtype.element_ty), mask=(n < N)[:, None] & (k < K)[None, :])
 
 def dequantize_triton(w: torch.Tensor, fmt: str, N: int, K: int, group_size: int = 0,
-                      dtype: torch.dtype = torch.float32, out: torch.Tensor | None = None) -> torch.Tensor:
-    """Decode packed ``w`` (uint8 [N, row_bytes]) to ``dtype`` [N, K] with the Triton decoders."""
+                      dtype: torch.dtype = torch.float32, out: torch.Tensor | None = None,
+                      tile: tuple[int, int, int] | None = None) -> torch.Tensor:
+    """Decode packed ``w`` (uint8 [N, row_bytes]) to ``dtype`` [N, K] with the Triton decoders;
+    ``tile`` = (rows, sub-blocks, warps) overrides the launch shape (benchmark sweeps)."""
     elems, nbytes = block_geometry(fmt, group_size)
     if w.dtype != torch.uint8 or w.dim() != 2 or w.shape[0] != N or w.shape[1] != K // elems * nbytes:
         raise ValueError(f"w: expected uint8 [{N}, {K // elems * nbytes}] for {fmt} with K={K}, "
                          f"got {w.dtype} {list(w.shape)}")
     if out is None:
         out = torch.empty((N, K), dtype=dtype, device=w.device)
-    grid = (triton.cdiv(N, DEQUANT_BN), triton.cdiv(K // 32, DEQUANT_NS))
-    _dequant_kernel[grid](w, out, N, K, w.stride(0), FORMAT_CODES[fmt], group_size,
-                          DEQUANT_BN, DEQUANT_NS)
+    bn, ns, warps = tile or (DEQUANT_BN, DEQUANT_NS, DEQUANT_WARPS)
+    grid = (triton.cdiv(N, bn), triton.cdiv(K // 32, ns))
+    _dequant_kernel[grid](w, out, N, K, w.stride(0), FORMAT_CODES[fmt], group_size, bn, ns, num_warps=warps)
     return out
