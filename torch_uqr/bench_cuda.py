@@ -273,7 +273,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         with open(args.json, "w") as f:
             json.dump(result, f, indent=1)
-    if args.plot:
+    if args.plot and result["rows"]:
         plot(result["rows"], args.plot)
     bad = [r for r in result["rows"] if r.get("finite") is False or r.get("max_rel_err", 0) > 2e-2]
     for r in bad:

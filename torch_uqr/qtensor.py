@@ -91,8 +91,16 @@ class QTensor:
         if t.dim() != 1 and tuple(t.shape) != (N, row_bytes):
             raise ValueError(f"{fmt}: data has shape {tuple(t.shape)}, expected ({N}, {row_bytes}) or flat")
         t = t.reshape(N, row_bytes)
-        for rows in _row_slices(N, K):
-            module.validate(t[rows], rows.stop - rows.start, K, g)
+        slices = _row_slices(N, K)
+        for rows in slices:
+            try:
+                module.validate(t[rows], rows.stop - rows.start, K, g)
+            except ValueError as err:
+                if len(slices) == 1:
+                    raise
+                # Validators count blocks from the start of what they were given.
+                raise ValueError(f"{err} (block counted from row {rows.start}; "
+                                 f"{K // block} blocks per row)") from None
         return cls(t, fmt, (N, K), g)
 
     # -- layout -------------------------------------------------------------------------------
