@@ -182,3 +182,21 @@ def test_decode_and_quantize_on_accelerator(fmt, g, device, gen):
     err_dev = (uqr.dequantize(qd).cpu() - w).pow(2).mean()
     err_cpu = (uqr.dequantize(uqr.quantize(w, fmt, group_size=g or None)) - w).pow(2).mean()
     assert err_dev <= err_cpu * 1.05
+
+
+@pytest.mark.parametrize("fmt,g", [("q4_k", 0), ("var_affine", 0), ("mlx4", 32), ("ternary", 0)])
+def test_row_slicing_is_invisible(fmt, g, gen, monkeypatch):
+    """quantize/dequantize/from_bytes work in row slices on big matrices; slices must not show."""
+    import torch_uqr.qtensor as qtensor_module
+    block = layout(fmt, g or None)[0]
+    w = torch.randn(11, 2 * block, generator=gen)
+    whole = uqr.quantize(w, fmt, group_size=g or None)
+    monkeypatch.setattr(qtensor_module, "_SLICE_WEIGHTS", 5 * block)   # 2 rows per slice, ragged end
+    sliced = uqr.quantize(w, fmt, group_size=g or None)
+    assert torch.equal(sliced.data, whole.data)
+    again = uqr.QTensor.from_bytes(sliced.data, fmt, (11, 2 * block), group_size=g or None)
+    assert torch.equal(uqr.dequantize(again), whole.dequantize())
+    bad = whole.data.clone()
+    bad[10, 0:2] = torch.tensor([0x00, 0x7C], dtype=torch.uint8)   # +Inf scale in the last slice
+    with pytest.raises(ValueError, match=r"block 0 has a non-finite.*counted from row 10; 2 blocks per row"):
+        uqr.QTensor.from_bytes(bad, fmt, (11, 2 * block), group_size=g or None)
