@@ -84,8 +84,8 @@ def test_tall_M_with_heads(fmt, g, M):
                      f"{fmt} M={M} path={path}")
 
 
-def test_tall_M_plain_fp32_in_place():
-    """fp32 rows multiplied in place by the panel GEMM, including a row stride larger than K."""
+def test_tall_M_fp32_strided_rows():
+    """The panel path reading fp32 rows whose stride is larger than K."""
     qt, W = weights("q4_k", None, N_ODD, 512)
     big = randn(2047, 600)
     x = big[:, 40:552]  # row stride 600, not contiguous

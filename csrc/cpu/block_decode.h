@@ -3,11 +3,11 @@
 // them in registers and multiplies them straight into the accumulators; the panel path stores them
 // into the panel buffer. Both therefore read only the packed bytes and share one decoder per format.
 //
-// The 4-bit formats, q8_0 and ternary have AVX-512 decoders (nibbles widened to 32-bit lanes once,
-// then a 16-entry permute or an int->float convert); var_affine and exl3 (bit-granular codes of
-// varying width / 3-bit codebook indices) go through the shared scalar uqr_decode8_* of
-// uqr/formats.h, as does every format in a build without AVX-512. The tests hold each of them
-// equal to the Python reference decoder.
+// The 4-bit formats, q8_0, ternary and exl3 have AVX-512 decoders (codes moved into 32-bit lanes,
+// then a 16-entry table permute or an int->float convert); var_affine has a block-level scalar
+// decoder (its code width changes per sub-block); without AVX-512 every other format goes through
+// the shared scalar uqr_decode8_* of uqr/formats.h. The tests hold each of them equal to the
+// Python reference decoder.
 #pragma once
 #include "cpu_simd.h"
 #include "uqr/formats.h"
@@ -155,7 +155,68 @@ struct BlockDecoder<UQR_TERNARY, 0> : GenericDecoder<UQR_TERNARY, 0> {
   }
 };
 
+
+// exl3: each sub-block has its own 8-entry table y_k = d (s P[k] + r R[k]) + bias, computed once
+// (in the reference's order: integer bracket, times d, plus bias) and replicated to 16 lanes;
+// lane i then gets its 3-bit index shifted to the bottom, and vpermps (low 4 bits) looks it up.
+// The bit above the index belongs to the next element, which the replication makes harmless.
+template <>
+struct BlockDecoder<UQR_EXL3, 0> : GenericDecoder<UQR_EXL3, 0> {
+  static inline void decode(const uint8_t* blk, vf* out) {
+    const __m512 d = _mm512_set1_ps(load_half(blk)), bias = _mm512_set1_ps(load_half(blk + 2));
+    // lanes 0..7 = P, 8..15 = R (int8 -> float, exact)
+    const __m512 cb = _mm512_cvtepi32_ps(
+        _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + UQR_EXL3_CODEBOOK))));
+    const __m512 R = _mm512_shuffle_f32x4(cb, cb, _MM_SHUFFLE(3, 2, 3, 2));  // R into lanes 0..7
+    const __m512i even = _mm512_setr_epi64(0, 6, 12, 18, 24, 30, 36, 42);
+    const __m512i odd = _mm512_setr_epi64(3, 9, 15, 21, 27, 33, 39, 45);
+    const uint8_t* qs = blk + UQR_EXL3_QS;
+    for (int j = 0; j < 8; ++j) {
+      const __m512 s = _mm512_set1_ps(blk[UQR_EXL3_SCALES + j]), r = _mm512_set1_ps(blk[UQR_EXL3_RESIDUALS + j]);
+      const __m512 t = _mm512_add_ps(_mm512_mul_ps(_mm512_fmadd_ps(cb, s, _mm512_mul_ps(R, r)), d), bias);
+      const __m512 table = _mm512_shuffle_f32x4(t, t, _MM_SHUFFLE(1, 0, 1, 0));
+      for (int h = 0; h < 2; ++h) {
+        uint64_t bits = 0;
+        std::memcpy(&bits, qs + 12 * j + 6 * h, 6);  // 16 indices x 3 bits; never past the block
+        const __m512i v = _mm512_set1_epi64(static_cast<long long>(bits));
+        const __m512i idx = _mm512_mask_blend_epi32(0xAAAA, _mm512_srlv_epi64(v, even),
+                                                    _mm512_slli_epi64(_mm512_srlv_epi64(v, odd), 32));
+        out[2 * j + h] = _mm512_permutexvar_ps(idx, table);
+      }
+    }
+  }
+};
+
 #endif  // UQR_CPU_AVX512
+
+// var_affine: codes of 3-5 bits, byte-aligned per sub-block (32 codes x B bits = 4B bytes). The
+// payload is copied into a zero-padded local buffer so every code is one unaligned 64-bit load
+// and a shift, then each sub-block is converted and scaled 16 lanes at a time.
+template <>
+struct BlockDecoder<UQR_VAR_AFFINE, 0> : GenericDecoder<UQR_VAR_AFFINE, 0> {
+  static inline void decode(const uint8_t* blk, vf* out) {
+    const float d = load_half(blk), bias = load_half(blk + 2);
+    uint8_t qs[128 + 8] = {};
+    std::memcpy(qs, blk + UQR_VAR_AFFINE_QS, 128);
+    int byte0 = 0;
+    for (int j = 0; j < 8; ++j) {
+      const int B = blk[UQR_VAR_AFFINE_MODES + j] & 7;
+      const uint64_t mask = (1u << B) - 1u;
+      const float scale = d * static_cast<float>(blk[UQR_VAR_AFFINE_SCALES + j]);
+      const float shift = bias * static_cast<float>(blk[UQR_VAR_AFFINE_BIASES + j]);
+      alignas(64) float q[32];
+      for (int t = 0; t < 32; ++t) {
+        uint64_t word;
+        std::memcpy(&word, qs + byte0 + ((t * B) >> 3), 8);
+        q[t] = static_cast<float>((word >> ((t * B) & 7)) & mask);
+      }
+      const vf vs = vset1(scale), vb = vset1(shift);
+      out[2 * j] = vfma(vload(q), vs, vb);
+      out[2 * j + 1] = vfma(vload(q + 16), vs, vb);
+      byte0 += 4 * B;
+    }
+  }
+};
 
 template <class T>
 struct Tag {

@@ -82,15 +82,10 @@ at::Tensor gemm(const at::Tensor& x, const at::Tensor& w, c10::string_view fmt, 
     else gemm_fused(wp, p, X.data(), R, out);
     return y;
   }
-  // Panel path: fp32 x with plain rows is multiplied in place; anything else is staged once.
-  at::Tensor X;
-  if (x.scalar_type() == at::kFloat && p.x_head_stride == 0 && p.batch == 1) {
-    X = plan.x_used.as_strided({R, p.K}, {p.x_row_stride, 1});
-  } else {
-    X = at::empty({R, p.K}, x.options().dtype(at::kFloat));
-    stage_rows(plan.x_used, p, 0, R, X.data_ptr<float>());
-  }
-  gemm_panels(wp, p, X, out);
+  // Panel path: x is read once through its strides into the packed fp32 layout.
+  std::vector<float> xp(static_cast<size_t>((R + kLanes - 1) / kLanes * kLanes * p.K));
+  pack_x(plan.x_used, p, R, xp.data());
+  gemm_panels(wp, p, xp.data(), R, out);
   return y;
 }
 

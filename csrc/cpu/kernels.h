@@ -2,8 +2,8 @@
 //   gemm_cpu.cpp     the op: plan (gemm_args), stage x as fp32 rows, pick a path, allocate y;
 //   gemm_fused.cpp   small M: decode + dot fused per weight row, reading only the packed bytes;
 //                    also the ternary add/subtract ("vec") kernel;
-//   gemm_panel.cpp   large M: decode a panel of weight rows once, multiply it against all of M
-//                    with a real GEMM (ATen's mm: MKL / oneDNN on x86).
+//   gemm_panel.cpp   large M: each thread decodes a panel of weight rows once and multiplies it
+//                    against all of M with a register-tiled GEMM microkernel.
 // Rows of the activation matrix are numbered r = b*M + m over the whole (batch, M) range.
 #pragma once
 #include <ATen/ATen.h>
@@ -16,8 +16,7 @@ namespace uqr::cpu {
 
 // Tuning constants, in one place.
 constexpr int kFusedMaxRows = 8;            // rows per fused pass (accumulators held in registers)
-constexpr int64_t kPanelBytes = 1 << 20;    // decoded panel size: half the per-core L2 (2 MiB)
-constexpr int kPanelRowsMin = 16, kPanelRowsMax = 256;
+constexpr int64_t kPanelRows = 64;          // decoded weight rows per thread (1 MiB at K=4096)
 constexpr int64_t kFusedGrainRows = 64;     // weight rows per parallel work unit, fused path
 
 // Writes float results into y through the output strides, converting to y's dtype.
@@ -43,8 +42,11 @@ void gemm_fused(const uint8_t* w, const uqr_gemm_params& p, const float* X, int6
 // Ternary add/subtract path: no multiply per weight, one multiply by d per block and row.
 void gemm_ternary_vec(const uint8_t* w, const uqr_gemm_params& p, const float* X, int64_t R,
                       const OutputWriter& out);
-// Panel path: X is an fp32 [R, K] matrix (any row stride ATen's mm accepts).
-void gemm_panels(const uint8_t* w, const uqr_gemm_params& p, const at::Tensor& X,
+// Packs rows [0, R) of x as fp32 column blocks xp[mb][k][16] (zero rows past R); xp holds
+// ceil(R/16)*16*K floats.
+void pack_x(const at::Tensor& x, const uqr_gemm_params& p, int64_t R, float* xp);
+// Panel path over the packed activations.
+void gemm_panels(const uint8_t* w, const uqr_gemm_params& p, const float* xp, int64_t R,
                  const OutputWriter& out);
 
 }  // namespace uqr::cpu

@@ -1,0 +1,231 @@
+"""``python -m torch_uqr bench``: the router benchmark (formats x M x shapes) on CPU or MPS.
+
+For every (shape, format, path, M) it reports the median time of ``uqr.gemm``, its GFLOP/s, the
+max error relative to a float64 CPU reference (``max|y - ref| / max|ref|``), and, measured in the
+same run, "dequantize + torch.matmul" (the reference decoder then a dense matmul) and the dense
+matmul alone (weights already float32). Between repetitions the packed weights rotate through
+enough copies to exceed the last-level cache, so every call reads its weights from memory, as the
+seed's benchmark flushes its cache. ``--device cuda`` hands over to ``torch_uqr.bench_cuda``.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import os
+import statistics
+import sys
+import time
+from dataclasses import asdict, dataclass
+from typing import Callable, Optional
+
+import torch
+
+from . import ops
+from .qtensor import QTensor, dequantize
+
+# llama.cpp's own CPU kernels (ggml, native flags) on the 2-core dev machine, 4096 x 4096, ms
+# (issue 3); torch's fp32 matmul on dense weights measured there too.
+LLAMA_CPP_MS = {"q4_0": {1: 0.36, 16: 5.7, 128: 47.0, 512: 191.0},
+                "q4_k": {1: 0.29, 16: 3.9, 128: 33.0, 512: 131.0}}
+DEFAULT_FORMATS = ("q4_0", "q4_1", "q8_0", "q4_k", "mlx4", "var_affine", "exl3", "ternary")
+MLX4_DEFAULT_GROUP = 64
+
+
+@dataclass
+class Row:
+    """One measured configuration (the --json records)."""
+
+    fmt: str
+    group_size: int
+    path: str
+    N: int
+    K: int
+    M: int
+    dtype: str
+    device: str
+    ms: float
+    gflops: float
+    max_rel_err: float
+    deq_matmul_ms: Optional[float]
+    dense_matmul_ms: Optional[float]
+    speedup_vs_deq_matmul: Optional[float]
+    llama_cpp_ms: Optional[float]
+    weight_copies: int
+
+
+def llc_bytes() -> int:
+    """Size of the largest CPU cache (the LLC), from sysfs; 32 MiB if unknown."""
+    best = 0
+    base = "/sys/devices/system/cpu/cpu0/cache"
+    try:
+        for entry in os.listdir(base):
+            with open(os.path.join(base, entry, "size")) as f:
+                text = f.read().strip()
+            mult = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(text[-1], 1)
+            best = max(best, int(text.rstrip("KMG")) * mult)
+    except (OSError, ValueError):
+        pass
+    return best or 32 << 20
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "mps":
+        torch.mps.synchronize()
+    elif device.type == "cuda":
+        torch.cuda.synchronize()
+
+
+def median_ms(fn: Callable[[int], object], reps: int, device: torch.device, warmup: int = 1) -> float:
+    """Median wall time of fn(i) over ``reps`` calls (i = repetition index, for rotating inputs)."""
+    for i in range(warmup):
+        fn(i)
+    _sync(device)
+    times = []
+    for i in range(reps):
+        t0 = time.perf_counter()
+        fn(warmup + i)
+        _sync(device)
+        times.append((time.perf_counter() - t0) * 1e3)
+    return statistics.median(times)
+
+
+def parse_shapes(text: str) -> list[tuple[int, int]]:
+    shapes = []
+    for item in text.split(","):
+        n, _, k = item.lower().partition("x")
+        if not n.isdigit() or not k.isdigit():
+            raise SystemExit(f"--shapes: expected NxK items like 4096x4096, got {item!r}")
+        shapes.append((int(n), int(k)))
+    return shapes
+
+
+def parse_formats(text: str) -> list[tuple[str, int]]:
+    """``q4_0,mlx4:32`` -> [(fmt, group_size)] (group size only for mlx4)."""
+    out = []
+    for item in text.split(","):
+        fmt, _, g = item.partition(":")
+        if fmt not in ops.FORMATS:
+            raise SystemExit(f"--formats: unknown format {fmt!r}; expected some of {', '.join(ops.FORMATS)}")
+        out.append((fmt, int(g) if g else (MLX4_DEFAULT_GROUP if fmt == "mlx4" else 0)))
+    return out
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m torch_uqr bench", description=__doc__.splitlines()[0])
+    p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda", "mps"],
+                   help="auto: cuda if present, else mps, else cpu")
+    p.add_argument("--formats", default=",".join(DEFAULT_FORMATS),
+                   help="comma list; mlx4:G picks the group size (default mlx4 = mlx4:64)")
+    p.add_argument("--M", default="1,16,128,512", help="comma list of activation rows")
+    p.add_argument("--shapes", default="4096x4096", help="comma list of NxK weight shapes")
+    p.add_argument("--reps", type=int, default=0, help="repetitions per timing (default: by M)")
+    p.add_argument("--dtype", default="float32", choices=["float32", "float16", "bfloat16"])
+    p.add_argument("--quick", action="store_true", help="1024x1024, M=1,16,128, 3 reps: a smoke run")
+    p.add_argument("--no-baseline", action="store_true", help="skip dequantize+matmul and dense matmul")
+    p.add_argument("--json", metavar="PATH", help="also write the rows as JSON")
+    p.add_argument("--seed", type=int, default=0)
+    return p
+
+
+def _reps_for(M: int, requested: int) -> int:
+    if requested > 0:
+        return requested
+    return 15 if M <= 16 else 5 if M <= 128 else 3
+
+
+def bench_one(fmt: str, g: int, N: int, K: int, Ms: list[int], args, device: torch.device,
+              dtype: torch.dtype, progress) -> list[Row]:
+    gen = torch.Generator().manual_seed(args.seed)
+    fmod = importlib.import_module("torch_uqr.formats").get(fmt)
+    data = fmod.random_blocks(N, K, gen, g)
+    # Enough copies that one pass over them exceeds the LLC: each call then reads from memory.
+    copies = 1 if device.type != "cpu" else max(2, -(-int(1.5 * llc_bytes()) // data.numel()))
+    qts = [QTensor(data.clone().to(device), fmt, (N, K), g) for _ in range(copies)]
+    W = dequantize(QTensor(data, fmt, (N, K), g)).to(torch.float64)
+    dense = W.to(torch.float32).to(device)
+    dense_copies = [dense] + [dense.clone() for _ in range(max(0, min(3, -(-int(1.5 * llc_bytes())
+                                                                  // (dense.numel() * 4)) - 1)))]
+    rows = []
+    paths = ["vec", "mma"] if fmt == "ternary" else ["auto"]
+    for M in Ms:
+        x = (torch.randn(M, K, generator=gen) * 0.5).to(dtype)
+        ref = x.double() @ W.T
+        xd = x.to(device)
+        reps = _reps_for(M, args.reps)
+        deq_ms = dense_ms = None
+        if not args.no_baseline:
+            deq_ms = median_ms(lambda i: xd @ dequantize(qts[i % copies]).to(dtype).T,
+                               max(1, reps // 3), device)
+            dense_ms = median_ms(lambda i: xd @ dense_copies[i % len(dense_copies)].to(dtype).T
+                                 if dtype != torch.float32 else xd @ dense_copies[i % len(dense_copies)].T,
+                                 reps, device)
+        for path in paths:
+            y = ops.gemm(xd, qts[0], path=path).double().cpu()
+            err = ((y - ref).abs().max() / ref.abs().max().clamp_min(1e-30)).item()
+            ms = median_ms(lambda i: ops.gemm(xd, qts[i % copies], path=path), reps, device)
+            llama = LLAMA_CPP_MS.get(fmt, {}).get(M) if (N, K) == (4096, 4096) else None
+            rows.append(Row(fmt=fmt, group_size=g, path=path, N=N, K=K, M=M, dtype=str(dtype).split(".")[-1],
+                            device=str(device), ms=ms, gflops=2.0 * M * N * K / ms / 1e6, max_rel_err=err,
+                            deq_matmul_ms=deq_ms, dense_matmul_ms=dense_ms,
+                            speedup_vs_deq_matmul=(deq_ms / ms) if deq_ms else None,
+                            llama_cpp_ms=llama, weight_copies=copies))
+            progress.update(1)
+    return rows
+
+
+def format_table(rows: list[Row]) -> str:
+    """Markdown table of the rows (the form used in docs/bench_cpu.md)."""
+    def f(v, spec):
+        return "-" if v is None else format(v, spec)
+    head = ("| format | path | N x K | M | uqr ms | GFLOP/s | max rel err | deq+matmul ms | x faster "
+            "| dense fp32 matmul ms | llama.cpp ms |")
+    lines = [head, "|" + "---|" * 11]
+    for r in rows:
+        name = f"{r.fmt}:{r.group_size}" if r.fmt == "mlx4" else r.fmt
+        lines.append(f"| {name} | {r.path} | {r.N}x{r.K} | {r.M} | {r.ms:.3f} | {r.gflops:.1f} | "
+                     f"{r.max_rel_err:.1e} | {f(r.deq_matmul_ms, '.2f')} | {f(r.speedup_vs_deq_matmul, '.1f')} | "
+                     f"{f(r.dense_matmul_ms, '.3f')} | {f(r.llama_cpp_ms, 'g')} |")
+    return "\n".join(lines)
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    """Run the benchmark; returns the process exit code."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = build_parser().parse_args(argv)
+    device_name = args.device
+    if device_name == "auto":
+        device_name = ("cuda" if torch.cuda.is_available()
+                       else "mps" if getattr(torch.backends, "mps", None) and torch.backends.mps.is_available()
+                       else "cpu")
+    if device_name == "cuda":
+        from . import bench_cuda
+        return int(bench_cuda.main(argv) or 0)
+    if args.quick:
+        args.shapes, args.M = "1024x1024", "1,16,128"
+        args.reps = args.reps or 3
+    device = torch.device(device_name)
+    dtype = getattr(torch, args.dtype)
+    shapes = parse_shapes(args.shapes)
+    fmts = parse_formats(args.formats)
+    Ms = [int(m) for m in args.M.split(",")]
+    from tqdm import tqdm
+    total = sum((2 if f == "ternary" else 1) for f, _ in fmts) * len(Ms) * len(shapes)
+    rows: list[Row] = []
+    with tqdm(total=total, desc="bench", unit="cfg", file=sys.stderr) as progress:
+        for N, K in shapes:
+            for fmt, g in fmts:
+                progress.set_postfix_str(f"{fmt} {N}x{K}")
+                rows.extend(bench_one(fmt, g, N, K, Ms, args, device, dtype, progress))
+    print(f"device={device} threads={torch.get_num_threads()} dtype={args.dtype} "
+          f"LLC={llc_bytes() >> 20} MiB (weights rotated through {rows[0].weight_copies if rows else 0} copies)")
+    print(format_table(rows))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"device": str(device), "threads": torch.get_num_threads(), "rows": [asdict(r) for r in rows]},
+                      f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
