@@ -14,7 +14,7 @@ import torch
 from .formats import mlx4, ternary
 from .formats._bytes import read_f16
 from .formats._checks import require_finite_f16
-from .qtensor import QTensor
+from .qtensor import QTensor, as_uint8_tensor
 
 __all__ = ["from_mlx", "to_mlx", "from_bitnet", "from_gguf_ternary"]
 
@@ -109,9 +109,10 @@ def from_bitnet(packed, weight_scale, out_features: int, convention: str = "divi
     """
     if convention not in ("divide", "multiply"):
         raise ValueError(f"convention must be 'divide' or 'multiply', got {convention!r}")
-    p = torch.as_tensor(_to_numpy(packed, "packed")) if not isinstance(packed, torch.Tensor) else packed
-    if p.dtype != torch.uint8 or p.dim() != 2:
+    p = packed if isinstance(packed, torch.Tensor) else _to_numpy(packed, "packed")
+    if p.dtype not in (torch.uint8, np.uint8) or p.ndim != 2:
         raise ValueError(f"packed must be a 2-D uint8 array [ceil(N/4), K], got {p.dtype} {tuple(p.shape)}")
+    p = as_uint8_tensor(p, "packed")
     N = int(out_features)
     rows = (N + 3) // 4
     if N < 1 or p.shape[0] != rows:
@@ -175,14 +176,7 @@ def from_gguf_ternary(raw, kind: str, shape: Sequence[int]) -> QTensor:
     N, K = (int(v) for v in shape)
     if N < 1 or K < 1 or K % _TQ_BLOCK:
         raise ValueError(f"{kind}: K={K} must be a positive multiple of {_TQ_BLOCK} (and N={N} positive)")
-    if isinstance(raw, torch.Tensor):
-        t = raw
-    elif isinstance(raw, np.ndarray):
-        t = torch.from_numpy(np.ascontiguousarray(raw))
-    else:
-        t = torch.frombuffer(bytearray(raw), dtype=torch.uint8)
-    if t.dtype != torch.uint8:
-        raise ValueError(f"{kind}: raw must be uint8 bytes, got dtype {t.dtype}")
+    t = as_uint8_tensor(raw, f"{kind} raw")
     size = _TQ[kind]
     expected = N * K // _TQ_BLOCK * size
     if t.numel() != expected:

@@ -41,18 +41,21 @@ def _check_shape(fmt: str, shape: Sequence[int], block: int) -> tuple[int, int]:
     return N, K
 
 
-def _as_uint8_tensor(data) -> torch.Tensor:
+def as_uint8_tensor(data, name: str = "data") -> torch.Tensor:
+    """``bytes``, a uint8 numpy array or a uint8 tensor as a uint8 tensor (no copy where possible)."""
     if isinstance(data, (bytes, bytearray, memoryview)):
         return torch.frombuffer(bytearray(data), dtype=torch.uint8)
     if isinstance(data, np.ndarray):
         if data.dtype != np.uint8:
-            raise ValueError(f"data must hold uint8 bytes, got a numpy array of dtype {data.dtype}")
-        return torch.from_numpy(np.ascontiguousarray(data))
+            raise ValueError(f"{name} must hold uint8 bytes, got a numpy array of dtype {data.dtype}")
+        data = np.ascontiguousarray(data)
+        # Read-only arrays (e.g. a memory-mapped GGUF file) are copied: a tensor may be written to.
+        return torch.from_numpy(data if data.flags.writeable else data.copy())
     if isinstance(data, torch.Tensor):
         if data.dtype != torch.uint8:
-            raise ValueError(f"data must be a uint8 tensor, got dtype {data.dtype}")
+            raise ValueError(f"{name} must be a uint8 tensor, got dtype {data.dtype}")
         return data
-    raise ValueError(f"data must be bytes, a uint8 numpy array or a uint8 tensor, got {type(data).__name__}")
+    raise ValueError(f"{name} must be bytes, a uint8 numpy array or a uint8 tensor, got {type(data).__name__}")
 
 
 class QTensor:
@@ -83,7 +86,7 @@ class QTensor:
         g = _formats.resolve_group_size(fmt, group_size)
         block, block_bytes = _formats.layout(fmt, g)
         N, K = _check_shape(fmt, shape, block)
-        t = _as_uint8_tensor(data)
+        t = as_uint8_tensor(data)
         row_bytes = K // block * block_bytes
         if t.numel() != N * row_bytes:
             raise ValueError(f"{fmt}: data has {t.numel()} bytes, expected N*row_bytes = {N}*{row_bytes} = "
