@@ -72,8 +72,8 @@ def quantize(w: torch.Tensor, group_size: int = 0) -> torch.Tensor:
     q = torch.minimum(torch.round((x - low) * inv_step).clamp(min=0), qmax)
     qs = write_bits(q.reshape(n, BLOCK), bit_offsets(depth), depth.repeat_interleave(32, 1), 128)
     pad = torch.zeros(n, 4, dtype=torch.uint8, device=x.device)
-    u8 = lambda v: v.to(torch.uint8)  # noqa: E731
-    fields = [f16_field(d), f16_field(bias), u8(s), u8(bm), u8(depth), pad, qs]
+    fields = [f16_field(d), f16_field(bias), s.to(torch.uint8), bm.to(torch.uint8),
+              depth.to(torch.uint8), pad, qs]
     return torch.cat(fields, 1).reshape(w.shape[0], -1)
 
 
