@@ -96,3 +96,19 @@ def test_generate_answers_the_default_prompt(native):
     assert args.prompt == DEFAULT_PROMPT and args.gguf is None and args.fmt is None
     with pytest.raises(SystemExit):
         parse_args(["--max-new-tokens", "0"])
+
+
+def test_direct_head_attention_equals_transformers_attention(native):
+    from torch_uqr.layout_bench import _transposing_twin, compare_layout
+
+    model = native.model
+    direct = model.model.layers[3].self_attn
+    twin = _transposing_twin(direct, model.config)
+    h = torch.randn(2, 9, model.config.hidden_size)
+    pe = model.model.rotary_emb(h, torch.arange(9)[None])
+    with torch.no_grad():
+        a, _ = direct(h, position_embeddings=pe, attention_mask=None)
+        b, _ = twin(h, position_embeddings=pe, attention_mask=None)
+    torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
+    rows = compare_layout(native, Ms=(1, 4), reps=1, prefill=4)
+    assert len(rows) == 3 and all(r["direct_ms"] > 0 and r["transposing_ms"] > 0 for r in rows)
