@@ -1,0 +1,25 @@
+"""``python -m torch_uqr formats`` on a small matrix: every row present, numbers consistent."""
+import torch_uqr as uqr
+from torch_uqr import formats_table
+
+
+def test_formats_command_prints_every_format(capsys):
+    assert formats_table.main(["--size", "256", "--seed", "3"]) == 0
+    out = capsys.readouterr().out
+    rows = [line.split("|")[1:-1] for line in out.splitlines() if line.startswith("| ") and "---" not in line]
+    table = {r[0].strip(): [c.strip() for c in r[1:]] for r in rows[1:]}
+    expected = [f for f in uqr.formats() if f != "mlx4"] + [f"mlx4 g={g}" for g in (32, 64, 128)]
+    assert sorted(table) == sorted(expected)
+    assert table["q4_0"][0] == "4.50" and table["ternary"][0] == "3.00" and table["mlx4 g=128"][0] == "4.25"
+    gauss = {name: float(cells[1]) for name, cells in table.items()}
+    heavy = {name: float(cells[2]) for name, cells in table.items()}
+    assert gauss["q8_0"] < gauss["q4_k"] < gauss["q4_0"] < gauss["exl3"] < gauss["ternary"]
+    assert heavy["var_affine"] < heavy["q4_1"]
+    assert all(cells[3].endswith(" s") for cells in table.values())
+
+
+def test_formats_command_rejects_bad_size(capsys):
+    import pytest
+    with pytest.raises(SystemExit):
+        formats_table.main(["--size", "100"])
+    assert "multiple of 256" in capsys.readouterr().err
