@@ -38,7 +38,7 @@ def load_bitnet(path: Union[str, os.PathLike], *, convention: Optional[str] = No
                 out_features: Optional[Mapping[str, int]] = None) -> dict[str, Union[QTensor, torch.Tensor]]:
     """Tensors of a BitNet checkpoint (a .safetensors file or a folder with config.json).
 
-    Every ``<layer>.weight`` that is uint8 and has a ``<layer>.weight_scale`` becomes a
+    Every ``<layer>.weight`` that is uint8 and has a ``<layer>.weight_scale`` (one value, or one per row) becomes a
     ``ternary`` QTensor ``(N, K)``; the scale is consumed. ``N`` is ``4 * packed rows`` unless
     ``out_features[<layer>.weight]`` gives it (the packing rounds N up to a multiple of 4).
     Other tensors are returned as they are.
@@ -61,8 +61,6 @@ def load_bitnet(path: Union[str, os.PathLike], *, convention: Optional[str] = No
         if packed.dtype != torch.uint8 or packed.dim() != 2:
             raise ValueError(f"{path!r}: {wkey!r} must be 2-D uint8 packed ternary codes, got "
                              f"{packed.dtype} {tuple(packed.shape)}")
-        if t.numel() != 1:
-            raise ValueError(f"{path!r}: {key!r} must hold one scale, has {t.numel()} values")
         n = int((out_features or {}).get(wkey, 4 * packed.shape[0]))
         if not 4 * packed.shape[0] - 3 <= n <= 4 * packed.shape[0]:
             raise ValueError(f"{path!r}: out_features {n} for {wkey!r} does not match "
