@@ -151,3 +151,21 @@ def test_fuzz_from_bytes_decodes_or_raises_value_error(fmt, g):
         assert y.shape == (1, 3 * block) and y.dtype == torch.float32 and torch.isfinite(y).all()
         accepted += 1
     assert accepted > 0
+
+
+@pytest.mark.parametrize("fmt,g", CASES)
+def test_hypothesis_from_bytes_decodes_or_raises_value_error(fmt, g):
+    hypothesis = pytest.importorskip("hypothesis", reason="hypothesis adds shrinking fuzz to the seeded loop")
+    st = hypothesis.strategies
+    block, size = layout(fmt, g)
+
+    @hypothesis.settings(max_examples=40, deadline=None, derandomize=True, database=None)
+    @hypothesis.given(st.binary(min_size=2 * size, max_size=2 * size))
+    def check(raw):
+        try:
+            qt = uqr.QTensor.from_bytes(raw, fmt, (1, 2 * block), group_size=g)
+        except ValueError:
+            return
+        assert torch.isfinite(uqr.dequantize(qt)).all()
+
+    check()
