@@ -24,6 +24,14 @@ def _rel_rms(approx: torch.Tensor, exact: torch.Tensor) -> float:
     return float(((a - e).pow(2).mean() / e.pow(2).mean()).sqrt())
 
 
+def _sync(device: str) -> None:
+    """Wait for queued GPU work, so the time covers the quantizer, not only its launch."""
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
+    elif device.startswith("mps"):
+        torch.mps.synchronize()
+
+
 def measure(size: int = 4096, seed: int = 0, device: str = "cpu") -> list[dict]:
     """One dict per format/group size: bits per weight, relative RMS error on N(0,1) and on
     Student-t(3) weights of shape ``[size, size]``, and the seconds ``quantize`` took on the first."""
@@ -32,12 +40,10 @@ def measure(size: int = 4096, seed: int = 0, device: str = "cpu") -> list[dict]:
     heavy = torch.distributions.StudentT(torch.tensor(3.0)).sample((size, size)).to(device)
     results = []
     for fmt, g in _rows():
-        if device.startswith("cuda"):
-            torch.cuda.synchronize()
+        _sync(device)
         start = time.perf_counter()
         qt = quantize(gauss, fmt, group_size=g)
-        if device.startswith("cuda"):
-            torch.cuda.synchronize()
+        _sync(device)
         seconds = time.perf_counter() - start
         results.append({
             "format": fmt if g is None else f"{fmt} g={g}",
