@@ -18,7 +18,7 @@ LOG="$OUT/run.log"
     && echo "build ok ($(( $(date +%s) - t0 )) s)" || { echo "BUILD FAILED (tests of the registered op will skip)"; tail -20 "$OUT/build.log"; }
   echo "== CUDA correctness tests"
   t0=$(date +%s)
-  python3 -m pytest -q -x -n 8 tests/test_triton_cuda.py 2>&1 | tail -25
+  python3 -m pytest -q -n 8 tests/test_triton_cuda.py 2>&1 | tail -25
   echo "tests took $(( $(date +%s) - t0 )) s"
   echo "== compute-sanitizer (memcheck, small case: split-K, heads, vec)"
   timeout 240 compute-sanitizer --tool memcheck --print-limit 20 python3 - <<'PY' 2>&1 | tail -8
@@ -34,6 +34,23 @@ for fmt in ("q4_0", "var_affine", "ternary"):
         gemm_triton(x, w, fmt, 72, 512, 0, out_heads=3, in_heads=True, path="vec")
 torch.cuda.synchronize(); print("sanitizer case ran")
 PY
+  fi
+  if [ -n "${NCU:-}" ]; then
+  echo "== ncu (q4_0 14336x4096: gemv M=1, fused M=16, dequant) -> ncu.txt"
+  timeout 300 ncu --clock-control none --target-processes all --kernel-name regex:"_gemv_kernel|_gemm_kernel|_dequant_kernel" \
+    --launch-count 3 --section SpeedOfLight --section Occupancy --section LaunchStats --section MemoryWorkloadAnalysis \
+    python3 - > "$OUT/ncu.txt" 2>&1 <<'PY'
+import torch
+from torch_uqr.triton_kernels.dispatch import gemm_triton
+from torch_uqr.triton_kernels.dequant import dequantize_triton
+from torch_uqr.triton_kernels.testing import random_packed
+w = random_packed("q4_0", 14336, 4096, 0, seed=1, device="cuda")
+gemm_triton(torch.randn(1, 4096, device="cuda", dtype=torch.bfloat16), w, "q4_0", 14336, 4096, kernel="gemv")
+gemm_triton(torch.randn(16, 4096, device="cuda", dtype=torch.bfloat16), w, "q4_0", 14336, 4096, kernel="fused")
+dequantize_triton(w, "q4_0", 14336, 4096, 0, torch.bfloat16)
+torch.cuda.synchronize()
+PY
+  grep -E "^  [a-z_]+kernel|Memory Throughput|DRAM Throughput|Compute \(SM\) Throughput|Duration|Registers Per|Achieved Occupancy|Theoretical Occupancy|Block Limit" "$OUT/ncu.txt" | head -60
   fi
   echo "== benchmark ($MODE $*)"
   BARGS=(--json "$OUT/h200.json" --plot "$OUT/h200.png" --table "$OUT/table.md")

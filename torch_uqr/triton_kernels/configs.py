@@ -63,9 +63,13 @@ def split_for(tiles: int, k_tiles: int, max_split: int, sms: int, per_sm: int = 
     return split
 
 
-def mma_config(M: int, N: int, K: int, sms: int = DEFAULT_SMS) -> GemmConfig:
-    """The tensor-core configuration for an (M, N, K) problem."""
+def mma_config(M: int, N: int, K: int, sms: int = DEFAULT_SMS, x_bytes: int = 2) -> GemmConfig:
+    """The tensor-core configuration for an (M, N, K) problem with ``x_bytes``-wide activations."""
     cfg = next(c for top, c in MMA_TABLE if M <= top)
+    if x_bytes == 4 and cfg.NS > 2:
+        # fp32 (tf32) operands double every shared-memory stage: halve K per step to stay under
+        # Hopper's 227 KB (BN=128, BM=128, NS=4 failed with OutOfResources in test v4).
+        cfg = replace(cfg, NS=cfg.NS // 2)
     tiles = -(-N // cfg.BN) * -(-M // cfg.BM)
     return replace(cfg, SPLIT_K=split_for(tiles, -(-K // (32 * cfg.NS)), cfg.SPLIT_K, sms))
 

@@ -90,7 +90,8 @@ def gemm_triton(x: torch.Tensor, w: torch.Tensor, fmt: str, N: int, K: int, grou
     elif kernel == "scratch":
         _scratch_matmul(lay, w, fmt, N, K, group_size)
     else:
-        gemm_mma(lay, w, fmt, N, K, group_size, config or configs.mma_config(lay.M, N, K, sms))
+        gemm_mma(lay, w, fmt, N, K, group_size,
+                 config or configs.mma_config(lay.M, N, K, sms, lay.x.element_size()))
     return lay.y
 
 
