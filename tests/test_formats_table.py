@@ -15,7 +15,7 @@ def test_formats_command_prints_every_format(capsys):
     heavy = {name: float(cells[2]) for name, cells in table.items()}
     assert gauss["q8_0"] < gauss["q4_k"] < gauss["q4_0"] < gauss["exl3"] < gauss["ternary"]
     assert heavy["var_affine"] < heavy["q4_1"]
-    assert all(cells[3].endswith(" s") for cells in table.values())
+    assert all(cells[3].endswith(" s") and cells[4].endswith(" s") for cells in table.values())
 
 
 def test_formats_command_rejects_bad_size(capsys):
