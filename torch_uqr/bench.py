@@ -58,14 +58,15 @@ def llc_bytes() -> int:
     """Size of the largest CPU cache (the LLC), from sysfs; 32 MiB if unknown."""
     best = 0
     base = "/sys/devices/system/cpu/cpu0/cache"
-    try:
-        for entry in os.listdir(base):
+    entries = os.listdir(base) if os.path.isdir(base) else []
+    for entry in entries:
+        try:
             with open(os.path.join(base, entry, "size")) as f:
                 text = f.read().strip()
-            mult = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(text[-1], 1)
+            mult = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(text[-1:], 1)
             best = max(best, int(text.rstrip("KMG")) * mult)
-    except (OSError, ValueError):
-        pass
+        except (OSError, ValueError):
+            continue
     return best or 32 << 20
 
 
@@ -156,7 +157,7 @@ def bench_one(fmt: str, g: int, N: int, K: int, Ms: list[int], args, device: tor
         deq_ms = dense_ms = None
         if not args.no_baseline:
             deq_ms = median_ms(lambda i: xd @ dequantize(qts[i % copies]).to(dtype).T,
-                               max(1, reps // 3), device)
+                               min(reps, 3), device)
             dense_ms = median_ms(lambda i: xd @ dense_copies[i % len(dense_copies)].to(dtype).T
                                  if dtype != torch.float32 else xd @ dense_copies[i % len(dense_copies)].T,
                                  reps, device)
