@@ -29,15 +29,13 @@ needs_triton = pytest.mark.skipif(importlib.util.find_spec("triton") is None,
 def _cases(fmt: str) -> list[dict]:
     """Small shapes covering small-M (split-K) and large-M configs, layouts and paths."""
     from torch_uqr.triton_kernels.configs import GemmConfig, VecConfig
-    small = GemmConfig(BN=16, BM=16, NS=2, SPLIT_K=3)   # K=320: 5 tiles in splits of 2, last short
+    small = GemmConfig(BN=16, BM=16, NS=2, SPLIT_K=3)   # several K tiles in splits of 2, last short
     large = GemmConfig(BN=32, BM=32, NS=4, SPLIT_K=1)
-    K = 512 if fmt in ("q4_k", "var_affine", "exl3") else 320
+    K = {"q4_k": 256, "var_affine": 256, "exl3": 256, "mlx4": 192}.get(fmt, 160)
     cases = [
-        dict(dtype="bfloat16", lead=(), M=3, N=24, K=K, cfg=small),
-        dict(dtype="float16", lead=(), M=40, N=40, K=K, cfg=large),
-        dict(dtype="float32", lead=(2,), M=5, N=16, K=K, cfg=small),
-        dict(dtype="bfloat16", lead=(2,), M=4, N=32, K=K, cfg=large, out_heads=4),          # direct-head y
-        dict(dtype="float16", lead=(), M=6, N=24, K=K, cfg=small, in_heads=2, out_heads=2),  # head-strided x
+        dict(dtype="bfloat16", lead=(2,), M=3, N=24, K=K, cfg=small),
+        dict(dtype="float16", lead=(), M=40, N=40, K=K, cfg=large, out_heads=4),             # direct-head y
+        dict(dtype="float32", lead=(), M=6, N=24, K=K, cfg=small, in_heads=2, out_heads=2),  # head-strided x
         dict(dtype="float16", lead=None, M=1, N=20, K=K, cfg=small),                         # 1-D x
         dict(dtype="float32", lead=(), M=7, N=16, K=K, cfg=None, kernel="scratch", out_heads=2),
         dict(dtype="bfloat16", lead=(2,), M=2, N=24, K=K, cfg=VecConfig(BN=8, NS=2, SPLIT_K=2), kernel="gemv",
@@ -61,11 +59,14 @@ def run_format(fmt: str) -> None:
     gen = torch.Generator().manual_seed(int.from_bytes(os.urandom(4), "little"))
     seed = int(torch.randint(0, 2**31 - 1, (1,), generator=gen))
     groups = (32, 64, 128) if fmt == "mlx4" else (0,)
-    for g in groups:  # decoders bit-exact against the float64 reference
-        w = random_packed(fmt, 7, 256, g, seed=seed)
-        got = dequantize_triton(w, fmt, 7, 256, g).double()
-        ref = reference_dequantize(w, fmt, 7, 256, g)
-        assert torch.equal(got, ref), f"{fmt} g={g}: decode differs by {(got - ref).abs().max()} (seed {seed})"
+    for g in groups:  # decoders vs the float64 reference (2 super-blocks per row)
+        w = random_packed(fmt, 7, 512, g, seed=seed)
+        got = dequantize_triton(w, fmt, 7, 512, g).double()
+        ref = reference_dequantize(w, fmt, 7, 512, g)
+        # The kernels decode in fp32: products such as d*s_j*q need up to 28 bits, so the only
+        # allowed difference is fp32 rounding (a wrong field or bit index errs by O(max|w|)).
+        err = float((got - ref).abs().max())
+        assert err <= 2.0 ** -21 * float(ref.abs().max()), f"{fmt} g={g}: decode differs by {err} (seed {seed})"
     os.environ["UQR_POISON"] = "1"
     for i, c in enumerate(_cases(fmt)):
         g = 64 if fmt == "mlx4" else 0
@@ -98,13 +99,37 @@ def run_format(fmt: str) -> None:
         assert err < TOL[c["dtype"]], f"{fmt} case {i} {c}: rel err {err:.2e} (seed {seed})"
 
 
+def run_all(path: str) -> None:
+    """Subprocess entry: run every format, write {fmt: "" or the failure} as JSON to ``path``."""
+    import json
+    import traceback
+    results = {}
+    for fmt in FORMATS:
+        try:
+            run_format(fmt)
+            results[fmt] = ""
+        except Exception:  # noqa: BLE001 - reported per format by the test below
+            results[fmt] = traceback.format_exc()[-3000:]
+    with open(path, "w") as f:
+        json.dump(results, f)
+
+
+@pytest.fixture(scope="module")
+def interpreted_results(tmp_path_factory) -> dict:
+    """One interpreter subprocess for all formats (torch + Triton start-up paid once)."""
+    import json
+    out = tmp_path_factory.mktemp("triton_interp") / "results.json"
+    env = dict(os.environ, TRITON_INTERPRET="1", PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    code = f"import sys; sys.path.insert(0, {HERE!r}); import test_triton_interpret as t; t.run_all({str(out)!r})"
+    proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0 and out.exists(), proc.stdout[-3000:] + proc.stderr[-3000:]
+    return json.loads(out.read_text())
+
+
 @needs_triton
 @pytest.mark.parametrize("fmt", FORMATS)
-def test_triton_kernels_interpreted(fmt: str) -> None:
-    env = dict(os.environ, TRITON_INTERPRET="1", PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    code = f"import sys; sys.path.insert(0, {HERE!r}); import test_triton_interpret as t; t.run_format({fmt!r})"
-    proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+def test_triton_kernels_interpreted(fmt: str, interpreted_results: dict) -> None:
+    assert interpreted_results[fmt] == "", interpreted_results[fmt]
 
 
 @needs_triton
@@ -126,3 +151,22 @@ def test_triton_argument_errors() -> None:
         gemm_triton(x.to(torch.int32), w, "q4_0", 8, 64)
     with pytest.raises(ValueError, match="group_size"):
         gemm_triton(x, torch.zeros(8, 4 + 32, dtype=torch.uint8), "mlx4", 8, 64, group_size=48)
+
+
+@needs_triton
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_reference_agrees_with_formats_package(fmt: str) -> None:
+    """The kernels' float64 oracle and block geometry match torch_uqr's own quantizer/decoder."""
+    import torch
+    import torch_uqr as uqr
+    from torch_uqr.triton_kernels.formats_meta import block_geometry
+    from torch_uqr.triton_kernels.testing import reference_dequantize
+    if not callable(getattr(uqr, "quantize", None)):
+        pytest.skip("torch_uqr.quantize is not available")
+    w = torch.randn(6, 512)
+    qt = uqr.quantize(w, fmt, **({"group_size": 64} if fmt == "mlx4" else {}))
+    g = qt.group_size if fmt == "mlx4" else 0
+    assert block_geometry(fmt, g) == (qt.block_size, qt.block_bytes)
+    ours = reference_dequantize(qt.data, fmt, 6, 512, g)
+    theirs = uqr.dequantize(qt).double()
+    assert float((ours - theirs).abs().max()) <= 2.0 ** -21 * float(ours.abs().max())

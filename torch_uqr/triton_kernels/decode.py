@@ -1,4 +1,5 @@
-"""Per-format decoders in Triton: packed bytes -> fp32 weight tiles (bit-exact to formats-spec.md).
+"""Per-format decoders in Triton: packed bytes -> fp32 weight tiles (formats-spec.md, exact up to
+fp32 rounding of the scale products).
 
 One interface for every format:
 

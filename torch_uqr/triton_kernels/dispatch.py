@@ -7,6 +7,8 @@ The thresholds live in configs.py and come from the H200 benchmark.
 """
 from __future__ import annotations
 
+import functools
+
 import torch
 
 from . import configs
@@ -20,6 +22,14 @@ from .ternary_vec import gemm_ternary_vec
 
 PATHS = ("auto", "mma", "vec")
 KERNELS = ("auto", "fused", "gemv", "scratch")
+
+
+@functools.lru_cache(maxsize=None)
+def _sm_count(device: torch.device) -> int:
+    """Multiprocessors of ``device`` (cached: the property query costs microseconds per call)."""
+    if device.type != "cuda":
+        return configs.DEFAULT_SMS
+    return torch.cuda.get_device_properties(device).multi_processor_count
 
 
 def _check_weight(w: torch.Tensor, x: torch.Tensor, fmt: str, N: int, K: int, group_size: int) -> None:
@@ -73,8 +83,7 @@ def gemm_triton(x: torch.Tensor, w: torch.Tensor, fmt: str, N: int, K: int, grou
     lay = plan_gemm(x, N, K, out_heads, in_heads)
     if lay.y.numel() == 0:
         return lay.y
-    sms = (torch.cuda.get_device_properties(x.device).multi_processor_count
-           if x.device.type == "cuda" else configs.DEFAULT_SMS)
+    sms = _sm_count(x.device)
     rows = lay.M * lay.batch
     if kernel == "auto":
         if path == "auto" and rows <= configs.GEMV_AUTO_MAX_M:
