@@ -38,7 +38,7 @@ def _cases(fmt: str) -> list[dict]:
         dict(dtype="float32", lead=(), M=6, N=24, K=K, cfg=small, in_heads=2, out_heads=2),  # head-strided x
         dict(dtype="float16", lead=None, M=1, N=20, K=K, cfg=small),                         # 1-D x
         dict(dtype="float32", lead=(), M=7, N=16, K=K, cfg=None, kernel="scratch", out_heads=2),
-        dict(dtype="bfloat16", lead=(2,), M=2, N=24, K=K, cfg=VecConfig(BN=8, NS=2, SPLIT_K=2), kernel="gemv",
+        dict(dtype="bfloat16", lead=(2,), M=2, N=24, K=K, cfg=VecConfig(BN=8, NS=2, SPLIT_K=2, reduce_each=True), kernel="gemv",
              in_heads=2, out_heads=3),
     ]
     if fmt == "ternary":

@@ -149,13 +149,10 @@ def sweep(reps: int, l2: int) -> list:
     from .triton_kernels.dispatch import gemm_triton
     from .triton_kernels.testing import random_packed
     N, K = 14336, 4096
-    row_cands = [VecConfig(32, 4, 1), VecConfig(32, 4, 2), VecConfig(32, 4, 4), VecConfig(16, 8, 2),
-                 VecConfig(16, 8, 4), VecConfig(64, 4, 2), VecConfig(32, 4, 4, 8), VecConfig(64, 8, 2, 8)]
-    cands = {
-        1: [],
-        16: [GemmConfig(64, 16, 8, 2, 4, 3), GemmConfig(64, 16, 8, 4, 4, 3), GemmConfig(128, 16, 4, 2, 4, 3),
-             GemmConfig(64, 16, 4, 4, 4, 4), GemmConfig(128, 16, 8, 2, 8, 3)],
-    }
+    row_cands = [VecConfig(32, 4, 4), VecConfig(32, 4, 4, 4, True), VecConfig(16, 8, 4, 4, True),
+                 VecConfig(64, 4, 4, 4, True), VecConfig(32, 8, 4, 4, True), VecConfig(16, 4, 8, 4, True),
+                 VecConfig(32, 4, 8, 4, True), VecConfig(64, 4, 8, 8, True), VecConfig(8, 8, 8, 2, True)]
+    cands = {1: []}
     out = []
     for fmt in ("q4_0", "q4_k"):
         W = [random_packed(fmt, N, K, 0, seed=s, device="cuda") for s in range(6)]
@@ -172,7 +169,7 @@ def sweep(reps: int, l2: int) -> list:
                 out.append({"fmt": fmt, "M": M, "kernel": kern, "config": c.__dict__, "ms": ms})
                 print(f"  sweep {fmt} M={M:5d} {c} {ms*1e3:9.1f} us", flush=True)
         from .triton_kernels.dequant import dequantize_triton
-        for tile in ((16, 8, 4), (32, 8, 4), (64, 4, 4), (32, 16, 8), (8, 16, 4), (64, 8, 8), (16, 16, 4)):
+        for tile in ((8, 16, 4),):
             ms = _time_calls([lambda j=j: dequantize_triton(W[j], fmt, N, K, 0, torch.bfloat16, tile=tile)
                               for j in range(6)], reps)
             out.append({"fmt": fmt, "kernel": "dequant", "tile": tile, "ms": ms})

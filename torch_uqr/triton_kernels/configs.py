@@ -27,6 +27,7 @@ class VecConfig:
     NS: int
     SPLIT_K: int = 1
     num_warps: int = 4
+    reduce_each: bool = False  # gemv only: reduce over k every step ([BN] accumulator, fewer registers)
 
 
 # (largest M, config) in increasing M; SPLIT_K here is an upper bound, cut by split_for() below.

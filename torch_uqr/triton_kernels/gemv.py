@@ -22,7 +22,7 @@ from .reduce import new_workspace, splitk_reduce, store_row_results
 def _gemv_kernel(x_ptr, w_ptr, y_ptr, ws_ptr, M, N, K, w_row_stride,
                  x_bs, x_rs, x_hd, x_hs, y_bs, y_rs, y_hd, y_hs,
                  FMT: tl.constexpr, GROUP: tl.constexpr, BN: tl.constexpr, NS: tl.constexpr,
-                 TILES: tl.constexpr, SPLIT_K: tl.constexpr):
+                 TILES: tl.constexpr, SPLIT_K: tl.constexpr, REDUCE_EACH: tl.constexpr):
     b = tl.program_id(2) // M
     m = tl.program_id(2) % M
     n = tl.program_id(0) * BN + tl.arange(0, BN)
@@ -31,14 +31,25 @@ def _gemv_kernel(x_ptr, w_ptr, y_ptr, ws_ptr, M, N, K, w_row_stride,
     x_row = x_ptr + b.to(tl.int64) * x_bs + m.to(tl.int64) * x_rs
     n_sub = K // 32
     kt_begin = tl.program_id(1) * TILES
-    acc = tl.zeros([BN, NS * 32], dtype=tl.float32)
+    # Either a [BN, BK] accumulator reduced once at the end (no shuffles in the loop) or a [BN] one
+    # reduced every step (a quarter of the registers: more programs resident, ncu v5 showed
+    # the [BN, BK] form register-limited at 31 % occupancy).
+    if REDUCE_EACH:
+        acc = tl.zeros([BN], dtype=tl.float32)
+    else:
+        acc = tl.zeros([BN, NS * 32], dtype=tl.float32)
     for i in range(TILES):  # constexpr trip count: see gemm.py
         s0 = (kt_begin + i) * NS
         w, kl = decode_tile(w_ptr, row_off, n_ok, s0, n_sub, FMT, GROUP, BN, NS, False)
         k = s0 * 32 + kl
         xv = tl.load(x_row + (k // x_hd) * x_hs + k % x_hd, mask=k < K, other=0.0).to(tl.float32)
-        acc += w * xv[None, :]
-    store_row_results(y_ptr, ws_ptr, tl.sum(acc, axis=1), n, N, b, m, M, y_bs, y_rs, y_hd, y_hs, SPLIT_K)
+        if REDUCE_EACH:
+            acc += tl.sum(w * xv[None, :], axis=1)
+        else:
+            acc += w * xv[None, :]
+    if not REDUCE_EACH:
+        acc = tl.sum(acc, axis=1)
+    store_row_results(y_ptr, ws_ptr, acc, n, N, b, m, M, y_bs, y_rs, y_hd, y_hs, SPLIT_K)
 
 
 def gemm_gemv(lay: GemmLayout, w: torch.Tensor, fmt: str, N: int, K: int, group_size: int,
@@ -51,6 +62,6 @@ def gemm_gemv(lay: GemmLayout, w: torch.Tensor, fmt: str, N: int, K: int, group_
     grid = (triton.cdiv(N, cfg.BN), split_k, lay.batch * lay.M)
     _gemv_kernel[grid](lay.x, w, lay.y, ws, lay.M, N, K, w.stride(0), *lay.strides(),
                        FORMAT_CODES[fmt], group_size, cfg.BN, cfg.NS, tiles_per_split, split_k,
-                       num_warps=cfg.num_warps)
+                       cfg.reduce_each, num_warps=cfg.num_warps)
     if split_k > 1:
         splitk_reduce(ws, lay, N)
