@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One call on the lent H200: build the extension, run the CUDA correctness tests, compute-sanitizer
 # once on a small case, then the benchmark. Everything lands under $OUT (at most 8 files come back).
-#   bash bench/h200_run.sh [quick|full] [--sweep] [extra bench args...]
+#   bash bench/h200_run.sh [quick|full|checks] [--sweep] [extra bench args...]   (env: SKIP_CHECKS, NCU)
 set -uo pipefail
 MODE=${1:-full}; shift || true
 OUT=${OUT:-/tmp/uqr_out}; mkdir -p "$OUT"
@@ -52,6 +52,7 @@ torch.cuda.synchronize()
 PY
   grep -E "^  [a-z_]+kernel|Memory Throughput|DRAM Throughput|Compute \(SM\) Throughput|Duration|Registers Per|Achieved Occupancy|Theoretical Occupancy|Block Limit" "$OUT/ncu.txt" | head -60
   fi
+  if [ "$MODE" = checks ]; then date -u; exit 0; fi
   echo "== benchmark ($MODE $*)"
   BARGS=(--json "$OUT/h200.json" --plot "$OUT/h200.png" --table "$OUT/table.md")
   [ "$MODE" = quick ] && BARGS+=(--quick)

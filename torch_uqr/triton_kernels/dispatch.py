@@ -95,7 +95,8 @@ def gemm_triton(x: torch.Tensor, w: torch.Tensor, fmt: str, N: int, K: int, grou
     if path == "vec":
         gemm_ternary_vec(lay, w, N, K, config or configs.row_config(configs.VEC_CONFIG, lay.M, N, K, sms))
     elif kernel == "gemv":
-        gemm_gemv(lay, w, fmt, N, K, group_size, config or configs.row_config(configs.GEMV_CONFIG, lay.M, N, K, sms))
+        base = configs.GEMV_FORMAT_CONFIGS.get(fmt, configs.GEMV_CONFIG)
+        gemm_gemv(lay, w, fmt, N, K, group_size, config or configs.row_config(base, lay.M, N, K, sms))
     elif kernel == "scratch":
         _scratch_matmul(lay, w, fmt, N, K, group_size)
     else:
