@@ -79,6 +79,7 @@ def generate(model, tokenizer, ids: torch.Tensor, max_new_tokens: int, *, temper
     gen = torch.Generator().manual_seed(seed)
     cfg_eos = getattr(model.generation_config, "eos_token_id", None)
     eos = {tokenizer.eos_token_id} | set(cfg_eos if isinstance(cfg_eos, (list, tuple)) else [cfg_eos])
+    _forward(model, ids[:, :1], DynamicCache(config=model.config))  # warm-up: first calls set up kernels
     cache = DynamicCache(config=model.config)
     t0 = time.perf_counter()
     nxt = _pick(_forward(model, ids, cache), temperature, top_k, gen)

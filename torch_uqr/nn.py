@@ -57,6 +57,7 @@ class QuantLinear(nn.Module):
             if bias.shape != (N,):
                 raise ValueError(f"bias must have shape ({N},), got {tuple(bias.shape)}")
         self.register_buffer("bias", bias)
+        self._refresh_meta()
         self.out_heads = int(out_heads or 0)
         self.in_heads = bool(in_heads)
         self.path = path
@@ -88,34 +89,39 @@ class QuantLinear(nn.Module):
         return cls(qt, linear.bias, in_features=K, **kwargs)
 
     # ---- properties ---------------------------------------------------------------------
+    def _refresh_meta(self) -> None:
+        # Python copies of the metadata buffers: reading tensors on every forward costs more
+        # than the small-M gemm itself.
+        self._fmt = _decode_fmt(self.weight_format)
+        self._N, self._K, self._gs, self._in = (int(v) for v in self.weight_shape.tolist())
+
     @property
     def fmt(self) -> str:
-        return _decode_fmt(self.weight_format)
+        return self._fmt
 
     @property
     def out_features(self) -> int:
-        return int(self.weight_shape[0])
+        return self._N
 
     @property
     def packed_in_features(self) -> int:
-        return int(self.weight_shape[1])
+        return self._K
 
     @property
     def in_features(self) -> int:
-        return int(self.weight_shape[3])
+        return self._in
 
     @property
     def group_size(self) -> int:
-        return int(self.weight_shape[2])
+        return self._gs
 
     @property
     def qtensor(self) -> QTensor:
         """The packed weight as a QTensor (built once per storage, validated by from_bytes)."""
         key = (self.weight.data_ptr(), self.weight.device, self.weight.shape)
         if self._cache[0] != key:
-            N, K, gs = (int(v) for v in self.weight_shape[:3])
-            kw = {"group_size": gs} if self.fmt == "mlx4" else {}
-            self._cache = (key, QTensor.from_bytes(self.weight, self.fmt, (N, K), **kw))
+            kw = {"group_size": self._gs} if self._fmt == "mlx4" else {}
+            self._cache = (key, QTensor.from_bytes(self.weight, self._fmt, (self._N, self._K), **kw))
         return self._cache[1]
 
     @property
@@ -160,6 +166,7 @@ class QuantLinear(nn.Module):
         super()._load_from_state_dict(state_dict, prefix, local_metadata, strict, missing_keys,
                                       unexpected_keys, error_msgs)
         self._cache = (None, None)
+        self._refresh_meta()
         if prefix + "weight" in state_dict:
             try:
                 self.qtensor  # validates bytes, format and shape together
