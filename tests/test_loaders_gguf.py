@@ -31,7 +31,8 @@ def write_gguf(path, seed=0):
     w.add_string("general.name", "tiny")
     w.add_array("tokenizer.ggml.tokens", ["a", "b", "c"])
     floats = {}
-    for name, qtype, shape in [("q40", T.Q4_0, (5, 64)), ("q41", T.Q4_1, (3, 96)), ("q80", T.Q8_0, (4, 32))]:
+    for name, qtype, shape in [("q40", T.Q4_0, (5, 64)), ("q41", T.Q4_1, (3, 96)), ("q80", T.Q8_0, (4, 32)),
+                               ("tq1", T.TQ1_0, (3, 256)), ("tq2", T.TQ2_0, (2, 256))]:
         f = rng.standard_normal(shape).astype(np.float32)
         w.add_tensor(name, gguf.quants.quantize(f, qtype), raw_dtype=qtype)
     for name, qtype, shape in [("q4k", T.Q4_K, (3, 256)), ("q6k", T.Q6_K, (2, 256))]:
@@ -58,14 +59,15 @@ def test_values_match_the_gguf_package(tiny_gguf):
     path, floats = tiny_gguf
     ck = torch_uqr.load_gguf(path)
     reader = gguf.GGUFReader(str(path))
-    native = {"q40": "q4_0", "q41": "q4_1", "q80": "q8_0", "q4k": "q4_k"}
+    native = {"q40": "q4_0", "q41": "q4_1", "q80": "q8_0", "q4k": "q4_k", "tq1": "ternary", "tq2": "ternary"}
     for t in reader.tensors:
         got = ck[t.name]
         expect = gguf.quants.dequantize(t.data, t.tensor_type)
         if t.name in native:
             assert isinstance(got, torch_uqr.QTensor) and got.fmt == native[t.name]
             assert got.shape == tuple(reversed([int(d) for d in t.shape]))
-            assert np.array_equal(got.data.numpy(), np.asarray(t.data))  # bytes untouched
+            if not t.name.startswith("tq"):  # ternary is repacked into 32-weight blocks
+                assert np.array_equal(got.data.numpy(), np.asarray(t.data))  # bytes untouched
             assert torch.equal(torch_uqr.dequantize(got), torch.from_numpy(expect.astype(np.float32)))
         else:
             assert isinstance(got, torch.Tensor)
