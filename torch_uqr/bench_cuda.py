@@ -147,7 +147,7 @@ def sweep(reps: int, l2: int) -> list:
     """Time candidate tensor-core configurations per M bucket on q4_0 / q4_k 14336x4096."""
     from .triton_kernels.configs import GemmConfig, VecConfig
     from .triton_kernels.dispatch import gemm_triton
-    from .triton_kernels.testing import random_packed
+    from .triton_kernels.testing import random_packed, reference_dequantize
     N, K = 14336, 4096
     row_cands = [VecConfig(32, 4, 4), VecConfig(32, 4, 4, 4, True), VecConfig(16, 8, 4, 4, True),
                  VecConfig(64, 4, 4, 4, True), VecConfig(32, 8, 4, 4, True), VecConfig(16, 4, 8, 4, True),
@@ -156,6 +156,7 @@ def sweep(reps: int, l2: int) -> list:
     out = []
     for fmt in ("q4_0", "q4_k"):
         W = [random_packed(fmt, N, K, 0, seed=s, device="cuda") for s in range(6)]
+        w_ref = reference_dequantize(W[0], fmt, N, K)
         for M, cs in cands.items():
             X = [torch.randn(M, K, device="cuda", dtype=torch.bfloat16) for _ in range(6)]
             for c in cs + (row_cands if M == 1 else []):  # noqa: B023 (lambdas run inside the loop)
@@ -166,8 +167,11 @@ def sweep(reps: int, l2: int) -> list:
                 except Exception as exc:  # noqa: BLE001 - a config that fails to compile is a data point
                     ms = float("nan")
                     print("   ", c, repr(exc)[:160])
-                out.append({"fmt": fmt, "M": M, "kernel": kern, "config": c.__dict__, "ms": ms})
-                print(f"  sweep {fmt} M={M:5d} {c} {ms*1e3:9.1f} us", flush=True)
+                # A fast wrong configuration is not a result (v7: one was): check every output.
+                err = (_errors(gemm_triton(X[0], W[0], fmt, N, K, kernel=kern, config=c), X[0].double() @ w_ref.t())
+                       if ms == ms else {"max_rel_err": float("nan")})
+                out.append({"fmt": fmt, "M": M, "kernel": kern, "config": c.__dict__, "ms": ms, **err})
+                print(f"  sweep {fmt} M={M:5d} {c} {ms*1e3:9.1f} us err {err['max_rel_err']:.1e}", flush=True)
         from .triton_kernels.dequant import dequantize_triton
         for tile in ((8, 16, 4),):
             ms = _time_calls([lambda j=j: dequantize_triton(W[j], fmt, N, K, 0, torch.bfloat16, tile=tile)
