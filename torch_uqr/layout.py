@@ -86,8 +86,12 @@ def _check_shape(x_shape: Sequence[int], N: int, K: int, out_heads: int, in_head
 
 def output_shape(x_shape: Sequence[int], N: int, K: int, out_heads: int = 0,
                  in_heads: bool = False) -> tuple[int, ...]:
-    """Shape of y for an x of shape ``x_shape`` (validates the shape arguments, raising ValueError)."""
-    x_shape = tuple(int(s) for s in x_shape)
+    """Shape of y for an x of shape ``x_shape`` (validates the shape arguments, raising ValueError).
+
+    Sizes are kept as given (no ``int()``), so the fake kernel stays symbolic under
+    ``torch.compile(dynamic=True)``.
+    """
+    x_shape = tuple(x_shape)
     _check_shape(x_shape, N, K, out_heads, in_heads)
     if in_heads:
         lead, M = x_shape[:-3], x_shape[-2]
