@@ -17,14 +17,16 @@ import time
 import torch
 
 
-def _median_ms(fn, reps: int) -> float:
-    fn()  # warm-up (first call builds caches)
-    times = []
+def _paired_ms(fa, fb, reps: int) -> tuple[float, float]:
+    """Median milliseconds of fa and fb, called alternately so load changes hit both alike."""
+    fa(), fb()  # warm-up (first calls build caches)
+    ta, tb = [], []
     for _ in range(reps):
-        t = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t)
-    return 1e3 * statistics.median(times)
+        for fn, acc in ((fa, ta), (fb, tb)):
+            t = time.perf_counter()
+            fn()
+            acc.append(time.perf_counter() - t)
+    return 1e3 * statistics.median(ta), 1e3 * statistics.median(tb)
 
 
 def _transposing_twin(attn, config):
@@ -41,15 +43,8 @@ def _transposing_twin(attn, config):
     return twin
 
 
-def _swap_attention(model, make):
-    old = [layer.self_attn for layer in model.model.layers]
-    for layer, attn in zip(model.model.layers, old):
-        layer.self_attn = make(attn)
-    return old
-
-
 @torch.no_grad()
-def compare_layout(lm, Ms=(1, 32, 256), reps: int = 5, layer: int = 0, prefill: int = 128) -> list[dict]:
+def compare_layout(lm, Ms=(1, 32, 256), reps: int = 9, layer: int = 0, prefill: int = 128) -> list[dict]:
     """Milliseconds per attention block (and per whole-model prefill) in both layouts."""
     model = lm.model
     config = model.config
@@ -62,16 +57,22 @@ def compare_layout(lm, Ms=(1, 32, 256), reps: int = 5, layer: int = 0, prefill: 
         h = torch.randn(1, M, config.hidden_size, device=device, dtype=dtype)
         pos = torch.arange(M, device=device)[None]
         pe = model.model.rotary_emb(h, pos)
-        d = _median_ms(lambda: direct(h, position_embeddings=pe, attention_mask=None), reps)
-        t = _median_ms(lambda: twin(h, position_embeddings=pe, attention_mask=None), reps)
+        d, t = _paired_ms(lambda: direct(h, position_embeddings=pe, attention_mask=None),
+                          lambda: twin(h, position_embeddings=pe, attention_mask=None), reps)
         rows.append({"what": f"attention block, M={M}", "direct_ms": d, "transposing_ms": t})
     ids = torch.randint(0, config.vocab_size, (1, prefill), device=device)
-    d = _median_ms(lambda: model(input_ids=ids, use_cache=False), max(1, reps // 2))
-    old = _swap_attention(model, lambda a: _transposing_twin(a, config))
+    directs = [blk.self_attn for blk in model.model.layers]
+    twins = [_transposing_twin(a, config) for a in directs]
+
+    def run(attns):
+        for layer_mod, attn in zip(model.model.layers, attns):
+            layer_mod.self_attn = attn
+        return model(input_ids=ids, use_cache=False)
+
     try:
-        t = _median_ms(lambda: model(input_ids=ids, use_cache=False), max(1, reps // 2))
+        d, t = _paired_ms(lambda: run(directs), lambda: run(twins), max(1, reps // 2))
     finally:
-        for layer_mod, attn in zip(model.model.layers, old):
+        for layer_mod, attn in zip(model.model.layers, directs):
             layer_mod.self_attn = attn
     rows.append({"what": f"whole model prefill, M={prefill}", "direct_ms": d, "transposing_ms": t})
     return rows
@@ -88,7 +89,7 @@ def table(rows: list[dict]) -> str:
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m torch_uqr eval --compare-layout")
     p.add_argument("--device", default="cpu")
-    p.add_argument("--reps", type=int, default=5)
+    p.add_argument("--reps", type=int, default=9)
     p.add_argument("--out", default=None)
     args = p.parse_args(sys.argv[1:] if argv is None else argv)
     from .llama import load_llama
