@@ -1,6 +1,9 @@
 // Small-M kernels: each weight block is decoded into registers once and multiplied into up to
 // kFusedMaxRows activation rows, so the weight traffic is exactly the packed bytes.
 //
+// K is walked in chunks that keep the MR activation rows in L1 (at M = 8, K = 4096 the rows are
+// 128 KiB and the FMAs would otherwise wait on L2); partial sums are added in the result tile.
+//
 // Accumulator layout: acc[NR][MR] vectors of 16 partial sums (NR weight rows x MR activation
 // rows). FMA latency is ~4 cycles, so one row (MR = 1) alone would serialize on its single
 // accumulator; taking NR = 4 weight rows at once gives four independent chains.
@@ -21,7 +24,7 @@ constexpr int weight_rows_per_tile() {
 
 template <class Dec, int MR, int NR>
 inline void fused_tile(const uint8_t* w, int64_t row_bytes, int64_t nblocks, const float* X,
-                       int64_t K, float* res, int64_t ld_res) {
+                       int64_t K, float* res, int64_t ld_res, bool accumulate) {
   vf acc[NR][MR];
   for (int r = 0; r < NR; ++r)
     for (int m = 0; m < MR; ++m) acc[r][m] = vzero();
@@ -38,7 +41,18 @@ inline void fused_tile(const uint8_t* w, int64_t row_bytes, int64_t nblocks, con
     }
   }
   for (int r = 0; r < NR; ++r)
-    for (int m = 0; m < MR; ++m) res[m * ld_res + r] = vsum(acc[r][m]);
+    for (int m = 0; m < MR; ++m) {
+      const float s = vsum(acc[r][m]);
+      res[m * ld_res + r] = accumulate ? res[m * ld_res + r] + s : s;
+    }
+}
+
+// K elements per pass so that MR activation rows stay in L1 (kFusedXBytes) while every weight
+// row of the work unit streams past them; a multiple of 256, which every block size divides.
+template <int MR>
+int64_t fused_k_chunk(int64_t K) {
+  const int64_t fit = kFusedXBytes / (static_cast<int64_t>(sizeof(float)) * MR) / 256 * 256;
+  return std::min<int64_t>(K, std::max<int64_t>(256, fit));
 }
 
 // Weight rows [n0, n1) against MR staged rows; results into res[m * ld_res + (n - n0)].
@@ -46,12 +60,16 @@ template <class Dec, int MR>
 void fused_rows(const uint8_t* w, const uqr_gemm_params& p, const float* X, int64_t n0, int64_t n1,
                 float* res, int64_t ld_res) {
   constexpr int NR = weight_rows_per_tile<MR>();
-  const int64_t nblocks = p.K / Dec::kElems;
-  int64_t n = n0;
-  for (; n + NR <= n1; n += NR)
-    fused_tile<Dec, MR, NR>(w + n * p.row_bytes, p.row_bytes, nblocks, X, p.K, res + (n - n0), ld_res);
-  for (; n < n1; ++n)
-    fused_tile<Dec, MR, 1>(w + n * p.row_bytes, p.row_bytes, nblocks, X, p.K, res + (n - n0), ld_res);
+  const int64_t chunk = fused_k_chunk<MR>(p.K);
+  for (int64_t k0 = 0; k0 < p.K; k0 += chunk) {
+    const int64_t nblocks = std::min(chunk, p.K - k0) / Dec::kElems;
+    const uint8_t* wk = w + (k0 / Dec::kElems) * Dec::kBytes;
+    int64_t n = n0;
+    for (; n + NR <= n1; n += NR)
+      fused_tile<Dec, MR, NR>(wk + n * p.row_bytes, p.row_bytes, nblocks, X + k0, p.K, res + (n - n0), ld_res, k0 > 0);
+    for (; n < n1; ++n)
+      fused_tile<Dec, MR, 1>(wk + n * p.row_bytes, p.row_bytes, nblocks, X + k0, p.K, res + (n - n0), ld_res, k0 > 0);
+  }
 }
 
 // Runtime row count -> compile-time MR.
@@ -76,7 +94,7 @@ void fused_rows_any(int rows, const uint8_t* w, const uqr_gemm_params& p, const 
 // pext), so there is no multiply and no branch per weight.
 template <int MR, int NR>
 inline void ternary_tile(const uint8_t* w, int64_t row_bytes, int64_t nblocks, const float* X, int64_t K,
-                         float* res, int64_t ld_res) {
+                         float* res, int64_t ld_res, bool accumulate) {
   vf acc[NR][MR];
   for (int r = 0; r < NR; ++r)
     for (int m = 0; m < MR; ++m) acc[r][m] = vzero();
@@ -118,19 +136,26 @@ inline void ternary_tile(const uint8_t* w, int64_t row_bytes, int64_t nblocks, c
     }
   }
   for (int r = 0; r < NR; ++r)
-    for (int m = 0; m < MR; ++m) res[m * ld_res + r] = vsum(acc[r][m]);
+    for (int m = 0; m < MR; ++m) {
+      const float s = vsum(acc[r][m]);
+      res[m * ld_res + r] = accumulate ? res[m * ld_res + r] + s : s;
+    }
 }
 
 template <int MR>
 void ternary_rows(const uint8_t* w, const uqr_gemm_params& p, const float* X, int64_t n0, int64_t n1,
                   float* res, int64_t ld_res) {
   constexpr int NR = weight_rows_per_tile<MR>();
-  const int64_t nblocks = p.K / UQR_TERNARY_BLOCK;
-  int64_t n = n0;
-  for (; n + NR <= n1; n += NR)
-    ternary_tile<MR, NR>(w + n * p.row_bytes, p.row_bytes, nblocks, X, p.K, res + (n - n0), ld_res);
-  for (; n < n1; ++n)
-    ternary_tile<MR, 1>(w + n * p.row_bytes, p.row_bytes, nblocks, X, p.K, res + (n - n0), ld_res);
+  const int64_t chunk = fused_k_chunk<MR>(p.K);
+  for (int64_t k0 = 0; k0 < p.K; k0 += chunk) {
+    const int64_t nblocks = std::min(chunk, p.K - k0) / UQR_TERNARY_BLOCK;
+    const uint8_t* wk = w + (k0 / UQR_TERNARY_BLOCK) * UQR_TERNARY_BYTES;
+    int64_t n = n0;
+    for (; n + NR <= n1; n += NR)
+      ternary_tile<MR, NR>(wk + n * p.row_bytes, p.row_bytes, nblocks, X + k0, p.K, res + (n - n0), ld_res, k0 > 0);
+    for (; n < n1; ++n)
+      ternary_tile<MR, 1>(wk + n * p.row_bytes, p.row_bytes, nblocks, X + k0, p.K, res + (n - n0), ld_res, k0 > 0);
+  }
 }
 
 void ternary_rows_any(int rows, const uint8_t* w, const uqr_gemm_params& p, const float* X, int64_t n0,

@@ -16,6 +16,7 @@ namespace uqr::cpu {
 
 // Tuning constants, in one place.
 constexpr int kFusedMaxRows = 8;            // rows per fused pass (accumulators held in registers)
+constexpr int64_t kFusedXBytes = 24 << 10;  // activation rows kept in L1 per K chunk (L1d = 48 KiB)
 constexpr int64_t kPanelRows = 64;          // decoded weight rows per thread (1 MiB at K=4096)
 constexpr int64_t kFusedGrainRows = 64;     // weight rows per parallel work unit, fused path
 
