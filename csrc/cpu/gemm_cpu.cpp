@@ -51,8 +51,8 @@ void stage_rows(const at::Tensor& x, const uqr_gemm_params& p, int64_t r0, int64
 
 namespace {
 
-// Ternary, small M, path "auto": which of add/subtract and decode+FMA is faster. Measured on the
-// 2-core AVX-512 dev box (docs/operator.md): see kTernaryAutoVec there.
+// Ternary, small M, path "auto": add/subtract (true) or decode+FMA (false). Decode+FMA measured
+// ~10 % faster at M = 1..8 on the 2-core AVX-512 dev box (docs/operator.md, "Ternary paths").
 constexpr bool kTernaryAutoVec = false;
 
 bool use_fused(const GemmPlan& plan, int64_t R) {
