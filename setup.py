@@ -1,6 +1,8 @@
 """Build torch_uqr._C: the uqr operator library (CPU kernels everywhere, Metal glue on macOS).
 
-CUDA kernels are Triton (JIT at first call), so nothing CUDA-specific is compiled here.
+Most CUDA kernels are Triton (JIT at first call). When torch is a CUDA build and nvcc is found,
+the extension also compiles the small-M CUDA C++ kernel (csrc/cuda/, sm_80 and sm_90a) and defines
+UQR_WITH_CUDA; the CPU-only build is unchanged.
 Set UQR_NATIVE=0 to build without -march=native (a portable binary).
 """
 import glob
@@ -8,7 +10,8 @@ import os
 import sys
 
 from setuptools import find_packages, setup
-from torch.utils.cpp_extension import BuildExtension, CppExtension
+import torch
+from torch.utils.cpp_extension import CUDA_HOME, BuildExtension, CppExtension, CUDAExtension
 
 ROOT = os.path.dirname(os.path.abspath(__file__))
 
@@ -36,6 +39,18 @@ def generate_shader_header():
     module.write_embedded_header(os.path.join(ROOT, "csrc", "mps", "uqr_shader_source.h"))
 
 
+def cuda_build() -> bool:
+    """Compile the CUDA C++ kernels: torch built with CUDA and an nvcc to compile them with."""
+    return bool(torch.version.cuda) and CUDA_HOME is not None and \
+        os.path.exists(os.path.join(CUDA_HOME, "bin", "nvcc"))
+
+
+# Exact decode: no --use_fast_math (it would flush subnormal scales and relax the dot's rounding).
+NVCC_ARGS = ["-O3", "-std=c++17", "--threads", "2",
+             "-gencode", "arch=compute_80,code=sm_80",
+             "-gencode", "arch=compute_90a,code=sm_90a"]
+
+
 def extensions():
     sources = cpu_sources()
     cxx = extra_compile_args()
@@ -45,13 +60,18 @@ def extensions():
         sources += sorted(glob.glob("csrc/mps/*.mm"))
         define_macros.append(("UQR_WITH_MPS", "1"))
         cxx = cxx + ["-fobjc-arc"]
+    extension, compile_args = CppExtension, {"cxx": cxx}
+    if cuda_build():
+        sources += sorted(glob.glob("csrc/cuda/*.cu") + glob.glob("csrc/cuda/*.cpp"))
+        define_macros.append(("UQR_WITH_CUDA", "1"))
+        extension, compile_args = CUDAExtension, {"cxx": cxx, "nvcc": NVCC_ARGS}
     return [
-        CppExtension(
+        extension(
             "torch_uqr._C",
             sources,
             include_dirs=[os.path.join(ROOT, "csrc", "include")],
             define_macros=define_macros,
-            extra_compile_args={"cxx": cxx},
+            extra_compile_args=compile_args,
             extra_link_args=(["-framework", "Metal", "-framework", "Foundation"]
                              if sys.platform == "darwin" else []),
         )

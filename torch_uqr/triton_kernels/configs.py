@@ -51,6 +51,10 @@ GEMV_FORMAT_CONFIGS: dict[str, VecConfig] = {
 
 # The ternary vec path re-decodes the weights for every activation row, so it only pays at tiny M.
 VEC_AUTO_MAX_M = 0  # measured slower than gemv even at M = 1 (NOTES v2): auto never picks vec
+# Up to this many activation rows (batch * M), path "auto" uses the CUDA C++ small-M kernel
+# (csrc/cuda/gemv_small_m.cu) when the extension has it; its limit is kGemvMaxRows there.
+CUDA_GEMV_MAX_ROWS = 8
+CUDA_GEMV_ENABLED = True
 # Up to this many activation rows, path "auto" uses the CUDA-core row kernel (gemv.py).
 GEMV_AUTO_MAX_M = 1
 # From this M on, decoding once into a scratch matrix and calling cuBLAS beats the fused kernel.

@@ -2,7 +2,9 @@
 
     path "vec"  -> ternary_vec.py (ternary only)
     path "mma"  -> gemm.py, or for large M a Triton decode into a scratch matrix + cuBLAS
-    path "auto" -> vec for ternary at tiny M; gemv.py (CUDA cores) at tiny M; else as mma
+    path "auto" -> the CUDA C++ small-M kernel (csrc/cuda/, op uqr::_gemv_cuda) for up to
+                   configs.CUDA_GEMV_MAX_ROWS rows when the extension was built with it; else vec for
+                   ternary at tiny M; gemv.py (CUDA cores) at tiny M; else as mma
 The thresholds live in configs.py and come from the H200 benchmark.
 """
 from __future__ import annotations
@@ -21,7 +23,7 @@ from .layout import GemmLayout, plan_gemm
 from .ternary_vec import gemm_ternary_vec
 
 PATHS = ("auto", "mma", "vec")
-KERNELS = ("auto", "fused", "gemv", "scratch")
+KERNELS = ("auto", "fused", "gemv", "scratch", "cuda")
 
 
 @functools.lru_cache(maxsize=None)
@@ -30,6 +32,16 @@ def _sm_count(device: torch.device) -> int:
     if device.type != "cuda":
         return configs.DEFAULT_SMS
     return torch.cuda.get_device_properties(device).multi_processor_count
+
+
+@functools.lru_cache(maxsize=None)
+def cuda_gemv_available() -> bool:
+    """True when torch_uqr._C was compiled with the CUDA C++ small-M kernel (a CUDA build)."""
+    try:
+        torch.ops.uqr._gemv_cuda  # noqa: B018  (resolving the op is the test)
+    except (AttributeError, RuntimeError):
+        return False
+    return True
 
 
 def _check_weight(w: torch.Tensor, x: torch.Tensor, fmt: str, N: int, K: int, group_size: int) -> None:
@@ -59,10 +71,15 @@ def _scratch_matmul(lay: GemmLayout, w: torch.Tensor, fmt: str, N: int, K: int, 
         x = x.reshape(-1, x.shape[-3], x.shape[-2], x.shape[-1]).transpose(1, 2).reshape(-1, lay.M, K)
     else:
         x = x.reshape(-1, lay.M, K)
-    if lay.y_hs:  # direct-head y: [batch, H, M, D] <- [batch, M, H, D], one copy of y
-        H = N // lay.y_hd
-        prod = torch.matmul(x, wd.t())
-        lay.y.view(-1, H, lay.M, lay.y_hd).copy_(prod.view(-1, lay.M, H, lay.y_hd).transpose(1, 2))
+    if lay.y_hs:
+        # Direct-head y [batch, H, M, D]: head h is x @ W[hD:(h+1)D]^T, an [M, D] block of y. One
+        # strided-batched cuBLAS call per x batch, x broadcast over heads by a stride-0 view, writes
+        # each block in place (no [M, N] product and no copy into y).
+        H, D = N // lay.y_hd, lay.y_hd
+        w_heads = wd.view(H, D, K).transpose(1, 2)
+        y_view = lay.y.view(-1, H, lay.M, D)
+        for b in range(x.shape[0]):
+            torch.bmm(x[b].expand(H, lay.M, K), w_heads, out=y_view[b])
     else:  # cuBLAS writes y in place (a copy of y costs ~10% at M = 4096: NOTES v2)
         torch.matmul(x, wd.t(), out=lay.y.view(-1, lay.M, N))
 
@@ -80,6 +97,12 @@ def gemm_triton(x: torch.Tensor, w: torch.Tensor, fmt: str, N: int, K: int, grou
     _check_weight(w, x, fmt, N, K, group_size)
     if x.dtype not in (torch.float16, torch.bfloat16, torch.float32):
         raise ValueError(f"x: expected float16, bfloat16 or float32, got {x.dtype}")
+    rows = x.numel() // K
+    if kernel == "cuda" or (kernel == "auto" and path == "auto" and configs.CUDA_GEMV_ENABLED
+                            and 0 < rows <= configs.CUDA_GEMV_MAX_ROWS and cuda_gemv_available()):
+        if kernel == "cuda" and path == "vec":
+            raise ValueError("kernel: 'cuda' has no vec path")
+        return torch.ops.uqr._gemv_cuda(x, w, fmt, N, K, group_size, out_heads, in_heads)
     lay = plan_gemm(x, N, K, out_heads, in_heads)
     if lay.y.numel() == 0:
         return lay.y
