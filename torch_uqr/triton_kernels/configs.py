@@ -53,8 +53,10 @@ GEMV_FORMAT_CONFIGS: dict[str, VecConfig] = {
 VEC_AUTO_MAX_M = 0  # measured slower than gemv even at M = 1 (NOTES v2): auto never picks vec
 # Up to this many activation rows (batch * M), path "auto" uses the CUDA C++ small-M kernel
 # (csrc/cuda/gemv_small_m.cu) when the extension has it; its limit is kGemvMaxRows there.
+# Off: measured slower than the Triton kernels (NOTES v8: q4_0 14336 x 4096 M = 1 53 us vs 32 us,
+# M = 8 293 us vs 59 us); kernel="cuda" still reaches it for tests and the benchmark.
 CUDA_GEMV_MAX_ROWS = 8
-CUDA_GEMV_ENABLED = True
+CUDA_GEMV_ENABLED = False
 # Up to this many activation rows, path "auto" uses the CUDA-core row kernel (gemv.py).
 GEMV_AUTO_MAX_M = 1
 # From this M on, decoding once into a scratch matrix and calling cuBLAS beats the fused kernel.
