@@ -12,6 +12,9 @@
 // (K-tile, its row, segment) items, so all warps reach the x-restaging barriers together. Lanes
 // split a segment's 8-element chunks, keep fp32 partial sums per (row, activation row) and reduce
 // with shuffles once at the end: no atomics, no split-K, y written once through the stride params.
+//
+// Status: correct on the H200 but measured slower than the Triton kernels (bench/NOTES.md v8), so
+// dispatch keeps it off (configs.CUDA_GEMV_ENABLED); the batched x staging came after that run.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -94,6 +97,34 @@ __device__ __forceinline__ void store_y(void* y, int dtype, int64_t off, float v
   else static_cast<__nv_bfloat16*>(y)[off] = __float2bfloat16_rn(v);
 }
 
+// x[:, k0:k0+len] -> xs as fp32 (rows past a.rows zero). All loads of a batch are issued before
+// any store: the v8 loop waited for one L2 load per trip while the whole CTA sat at the barrier.
+template <int MT>
+__device__ __forceinline__ void stage_x(const GemvArgs& a, float* xs, int k0, int len) {
+  constexpr int kBatch = 4;
+  const uqr_gemm_params& p = a.p;
+  const int total = MT * len;
+  for (int base = threadIdx.x; base < total; base += kBatch * blockDim.x) {
+    float v[kBatch];
+#pragma unroll
+    for (int u = 0; u < kBatch; ++u) {
+      const int idx = base + u * blockDim.x;
+      const int t = idx / len, k = idx - t * len;
+      v[u] = 0.f;
+      if (idx < total && t < a.rows) {
+        const int b = t / p.M, m = t - b * p.M;
+        v[u] = load_x(a.x, a.dtype, uqr_x_offset(p, b, m, k0 + k));
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < kBatch; ++u) {
+      const int idx = base + u * blockDim.x;
+      const int t = idx / len, k = idx - t * len;
+      if (idx < total) xs[t * a.kt + k] = v[u];
+    }
+  }
+}
+
 // Where work item i of a warp lies: K-tile, which of the warp's rows, segment within the tile.
 struct Item {
   int tile, r, seg, nblk;
@@ -171,16 +202,7 @@ __global__ void __launch_bounds__(kWarps * 32) gemv_small_m_kernel(const GemvArg
     if (it.tile != staged_tile) {
       // Every warp has the same items, so all of them arrive here at the same i.
       __syncthreads();
-      const int k0 = it.tile * a.kt, len = min(a.kt, p.K - k0);
-      for (int idx = threadIdx.x; idx < MT * len; idx += blockDim.x) {
-        const int t = idx / len, k = idx - t * len;
-        float v = 0.f;
-        if (t < a.rows) {
-          const int b = t / p.M, m = t - b * p.M;
-          v = load_x(a.x, a.dtype, uqr_x_offset(p, b, m, k0 + k));
-        }
-        xs[t * a.kt + k] = v;
-      }
+      stage_x<MT>(a, xs, it.tile * a.kt, min(a.kt, p.K - it.tile * a.kt));
       __syncthreads();
       staged_tile = it.tile;
     }
