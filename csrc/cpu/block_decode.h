@@ -15,16 +15,7 @@
 namespace uqr::cpu {
 
 template <int FMT>
-inline void decode8(const uint8_t* blk, int chunk, float* out) {
-  if constexpr (FMT == UQR_Q4_0) uqr_decode8_q4_0(blk, chunk, out);
-  else if constexpr (FMT == UQR_Q4_1) uqr_decode8_q4_1(blk, chunk, out);
-  else if constexpr (FMT == UQR_Q8_0) uqr_decode8_q8_0(blk, chunk, out);
-  else if constexpr (FMT == UQR_Q4_K) uqr_decode8_q4_k(blk, chunk, out);
-  else if constexpr (FMT == UQR_MLX4) uqr_decode8_mlx4(blk, chunk, out);
-  else if constexpr (FMT == UQR_VAR_AFFINE) uqr_decode8_var_affine(blk, chunk, out);
-  else if constexpr (FMT == UQR_EXL3) uqr_decode8_exl3(blk, chunk, out);
-  else uqr_decode8_ternary(blk, chunk, out);
-}
+inline void decode8(const uint8_t* blk, int chunk, float* out) { uqr_decode8_fmt<FMT>(blk, chunk, out); }
 
 constexpr int format_block_elems(int fmt, int g) {
   return fmt == UQR_Q4_K || fmt == UQR_VAR_AFFINE || fmt == UQR_EXL3 ? 256 : fmt == UQR_MLX4 ? g : 32;

@@ -46,16 +46,7 @@ struct GemvArgs {
 };
 
 template <int FMT>
-__device__ __forceinline__ void decode8(const uint8_t* blk, int chunk, float* out) {
-  if constexpr (FMT == UQR_Q4_0) uqr_decode8_q4_0(blk, chunk, out);
-  else if constexpr (FMT == UQR_Q4_1) uqr_decode8_q4_1(blk, chunk, out);
-  else if constexpr (FMT == UQR_Q8_0) uqr_decode8_q8_0(blk, chunk, out);
-  else if constexpr (FMT == UQR_Q4_K) uqr_decode8_q4_k(blk, chunk, out);
-  else if constexpr (FMT == UQR_MLX4) uqr_decode8_mlx4(blk, chunk, out);
-  else if constexpr (FMT == UQR_VAR_AFFINE) uqr_decode8_var_affine(blk, chunk, out);
-  else if constexpr (FMT == UQR_EXL3) uqr_decode8_exl3(blk, chunk, out);
-  else uqr_decode8_ternary(blk, chunk, out);
-}
+__device__ __forceinline__ void decode8(const uint8_t* blk, int chunk, float* out) { uqr_decode8_fmt<FMT>(blk, chunk, out); }
 
 // Fixed-block formats give the compiler constant chunk arithmetic; mlx4's group is a launch value.
 template <int FMT>

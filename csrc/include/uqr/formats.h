@@ -169,3 +169,20 @@ UQR_FN void uqr_decode8(int fmt, const UQR_GLOBAL uqr_u8* blk, int chunk, UQR_TH
     default: uqr_decode8_ternary(blk, chunk, out); break;
   }
 }
+
+#if !defined(__METAL_VERSION__) && !defined(UQR_METAL)
+// Compile-time format selection for C++17 hosts (the CPU kernels, the CUDA C++ kernel): hot loops
+// are instantiated per format, so the switch above disappears from them. Metal (C++14, no
+// `if constexpr`) instantiates its kernels per format through the shader's own templates.
+template <int FMT>
+UQR_FN void uqr_decode8_fmt(const UQR_GLOBAL uqr_u8* blk, int chunk, UQR_THREAD float* out) {
+  if constexpr (FMT == UQR_Q4_0) uqr_decode8_q4_0(blk, chunk, out);
+  else if constexpr (FMT == UQR_Q4_1) uqr_decode8_q4_1(blk, chunk, out);
+  else if constexpr (FMT == UQR_Q8_0) uqr_decode8_q8_0(blk, chunk, out);
+  else if constexpr (FMT == UQR_Q4_K) uqr_decode8_q4_k(blk, chunk, out);
+  else if constexpr (FMT == UQR_MLX4) uqr_decode8_mlx4(blk, chunk, out);
+  else if constexpr (FMT == UQR_VAR_AFFINE) uqr_decode8_var_affine(blk, chunk, out);
+  else if constexpr (FMT == UQR_EXL3) uqr_decode8_exl3(blk, chunk, out);
+  else uqr_decode8_ternary(blk, chunk, out);
+}
+#endif
