@@ -6,6 +6,7 @@ every linear layer executed by ``torch.ops.uqr.gemm`` on the file's own blocks.
 from __future__ import annotations
 
 import argparse
+import functools
 import inspect
 import sys
 import time
@@ -48,10 +49,16 @@ def encode_prompt(tokenizer, prompt: str, raw: bool) -> torch.Tensor:
     return tokenizer(text, return_tensors="pt", add_special_tokens=False)["input_ids"]
 
 
+@functools.lru_cache(maxsize=None)
+def _cache_kwarg(model_type: type) -> str:
+    # transformers 5 renamed past_key_values to cache; accept either version. Looked up once per
+    # model class rather than on every decoded token.
+    params = inspect.signature(model_type.forward).parameters
+    return "cache" if "cache" in params else "past_key_values"
+
+
 def _forward(model, ids, cache):
-    # transformers 5 renamed past_key_values to cache; accept either version.
-    params = inspect.signature(model.model.forward).parameters
-    key = "cache" if "cache" in params else "past_key_values"
+    key = _cache_kwarg(type(model.model))
     return model(input_ids=ids, use_cache=True, **{key: cache}).logits[:, -1, :]
 
 
