@@ -18,7 +18,7 @@ LOG="$OUT/run.log"
     && echo "build ok ($(( $(date +%s) - t0 )) s)" || { echo "BUILD FAILED (tests of the registered op will skip)"; tail -20 "$OUT/build.log"; }
   echo "== CUDA correctness tests"
   t0=$(date +%s)
-  python3 -m pytest -q -n 8 tests/test_triton_cuda.py 2>&1 | tail -25
+  python3 -m pytest -q -n 8 tests/test_triton_cuda.py tests/test_cuda_qmma.py 2>&1 | tail -25
   echo "tests took $(( $(date +%s) - t0 )) s"
   echo "== compute-sanitizer (memcheck, small case: split-K, heads, vec)"
   timeout 240 compute-sanitizer --tool memcheck --print-limit 20 python3 - <<'PY' 2>&1 | tail -8
@@ -32,6 +32,12 @@ for fmt in ("q4_0", "var_affine", "ternary"):
     gemm_triton(torch.randn(512, device="cuda"), w, fmt, 72, 512)
     if fmt == "ternary":
         gemm_triton(x, w, fmt, 72, 512, 0, out_heads=3, in_heads=True, path="vec")
+for fmt, g in (("q4_0", 0), ("q4_k", 0), ("mlx4", 128), ("q8_0", 0)):  # tensor-core small-M kernel
+    w = random_packed(fmt, 37, 1024, g, seed=2, device="cuda")
+    for rows in (1, 9, 16):
+        gemm_triton(torch.randn(rows, 1024, device="cuda", dtype=torch.bfloat16), w, fmt, 37, 1024, g, kernel="qmma")
+    gemm_triton(torch.randn(2, 2, 4, 512, device="cuda", dtype=torch.float16), w, fmt, 37, 1024, g,
+                out_heads=1, in_heads=True, kernel="qmma")
 torch.cuda.synchronize(); print("sanitizer case ran")
 PY
   fi

@@ -77,7 +77,7 @@ def _row(N: int, K: int, M: int, name: str, kernel: str, ms: float, weight_bytes
 def bench_shape(N: int, K: int, Ms, formats, reps: int, l2: int, rows: list) -> None:
     """Time and check every format and peer on one weight shape, appending rows."""
     from .triton_kernels import configs
-    from .triton_kernels.dispatch import gemm_triton
+    from .triton_kernels.dispatch import gemm_triton, qmma_available, qmma_fits
     from .triton_kernels.formats_meta import block_geometry
     from .triton_kernels.testing import random_packed, reference_dequantize
 
@@ -119,7 +119,8 @@ def bench_shape(N: int, K: int, Ms, formats, reps: int, l2: int, rows: list) -> 
             xs = [X[j % len(X)][:M] for j in range(n_sets)]
             ref = xs[0].double() @ w_ref.t()
             kernels = (["fused"] + (["scratch"] if M >= SCRATCH_MIN_M else [])
-                       + (["gemv"] if M <= GEMV_MAX_M else []))
+                       + (["gemv"] if M <= GEMV_MAX_M else [])
+                       + (["qmma"] if qmma_available() and qmma_fits(xs[0], W[0], fmt, K, g, False, M) else []))
             paths = ["mma"] + (["vec"] if fmt == "ternary" and M <= VEC_MAX_M else [])
             for path in paths:
                 for kernel in (kernels if path == "mma" else ["fused"]):
@@ -218,7 +219,7 @@ def table(rows: list) -> str:
     keys = sorted({(r["N"], r["K"], r["M"]) for r in rows})
     for N, K, M in keys:
         sel = [r for r in rows if (r["N"], r["K"], r["M"]) == (N, K, M) and "ms" in r]
-        def best(fmt, kernels=("fused", "scratch", "gemv")):
+        def best(fmt, kernels=("fused", "scratch", "gemv", "qmma")):
             c = [r for r in sel if r["fmt"] == fmt and r["kernel"] in kernels]
             if not c:
                 return "-"
@@ -244,6 +245,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--sweep", action="store_true", help="also sweep kernel configurations")
     ap.add_argument("--sweep-only", action="store_true", help="only the configuration sweep")
     ap.add_argument("--table", help="write the markdown table to this file")
+    ap.add_argument("--M", help="comma list of activation rows (default: the issue's list)")
+    ap.add_argument("--shapes", help="comma list of NxK (default: the issue's three shapes)")
     args = ap.parse_args(argv)
     if not torch.cuda.is_available():
         print("bench --device cuda: no CUDA device visible", file=sys.stderr)
@@ -255,6 +258,10 @@ def main(argv: list[str] | None = None) -> int:
     formats = [f for f in args.formats.split(",") if f]
     shapes = SHAPES[1:2] if args.quick else SHAPES
     Ms = (1, 16, 512, 4096) if args.quick else MS
+    if args.M:
+        Ms = tuple(int(m) for m in args.M.split(","))
+    if args.shapes:
+        shapes = tuple(tuple(int(v) for v in s.split("x")) for s in args.shapes.split(","))
     result = {"device": props.name, "torch": torch.__version__, "rows": []}
     if args.sweep or args.sweep_only:
         result["sweep"] = sweep(args.reps, l2)

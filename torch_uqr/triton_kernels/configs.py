@@ -51,12 +51,15 @@ GEMV_FORMAT_CONFIGS: dict[str, VecConfig] = {
 
 # The ternary vec path re-decodes the weights for every activation row, so it only pays at tiny M.
 VEC_AUTO_MAX_M = 0  # measured slower than gemv even at M = 1 (NOTES v2): auto never picks vec
-# Up to this many activation rows (batch * M), path "auto" uses the CUDA C++ small-M kernel
-# (csrc/cuda/gemv_small_m.cu) when the extension has it; its limit is kGemvMaxRows there.
-# Off: measured slower than the Triton kernels (NOTES v8: q4_0 14336 x 4096 M = 1 53 us vs 32 us,
-# M = 8 293 us vs 59 us); kernel="cuda" still reaches it for tests and the benchmark.
-CUDA_GEMV_MAX_ROWS = 8
-CUDA_GEMV_ENABLED = False
+# Up to this many activation rows (bf16 / fp16 x), path "auto" uses the CUDA C++ tensor-core kernel
+# csrc/cuda/qmma_small_m.cu (op uqr::_qmma_cuda) for the formats it handles; its limit is
+# kQmmaMaxRows there. Set from the H200 benchmark (bench/NOTES.md v9).
+QMMA_MAX_ROWS = 16
+QMMA_ENABLED = True
+QMMA_FORMATS = ("q4_0", "q4_1", "q8_0", "q4_k", "mlx4", "ternary")
+# Per-format row limit where the Triton fused kernel measured faster above it (v9: q8_0 at 16 rows,
+# 4096 x 14336: 50 us fused vs 55 us here).
+QMMA_FORMAT_MAX_ROWS = {"q8_0": 8}
 # Up to this many activation rows, path "auto" uses the CUDA-core row kernel (gemv.py).
 GEMV_AUTO_MAX_M = 1
 # From this M on, decoding once into a scratch matrix and calling cuBLAS beats the fused kernel.

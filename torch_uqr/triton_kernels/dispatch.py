@@ -2,9 +2,10 @@
 
     path "vec"  -> ternary_vec.py (ternary only)
     path "mma"  -> gemm.py, or for large M a Triton decode into a scratch matrix + cuBLAS
-    path "auto" -> the CUDA C++ small-M kernel (csrc/cuda/, op uqr::_gemv_cuda) for up to
-                   configs.CUDA_GEMV_MAX_ROWS rows when the extension was built with it; else vec for
-                   ternary at tiny M; gemv.py (CUDA cores) at tiny M; else as mma
+    path "auto" -> the CUDA C++ tensor-core small-M kernel (csrc/cuda/qmma_small_m.cu, op
+                   uqr::_qmma_cuda) for bf16/fp16 x, up to configs.QMMA_MAX_ROWS rows, the formats it
+                   handles and aligned shapes (qmma_fits); else vec for ternary at tiny M;
+                   gemv.py (CUDA cores) at tiny M; else as mma
 The thresholds live in configs.py and come from the H200 benchmark.
 """
 from __future__ import annotations
@@ -23,7 +24,7 @@ from .layout import GemmLayout, plan_gemm
 from .ternary_vec import gemm_ternary_vec
 
 PATHS = ("auto", "mma", "vec")
-KERNELS = ("auto", "fused", "gemv", "scratch", "cuda")
+KERNELS = ("auto", "fused", "gemv", "scratch", "qmma")
 
 
 @functools.lru_cache(maxsize=None)
@@ -35,13 +36,35 @@ def _sm_count(device: torch.device) -> int:
 
 
 @functools.lru_cache(maxsize=None)
-def cuda_gemv_available() -> bool:
-    """True when torch_uqr._C was compiled with the CUDA C++ small-M kernel (a CUDA build)."""
+def qmma_available() -> bool:
+    """True when torch_uqr._C was compiled with the CUDA C++ tensor-core small-M kernel."""
     try:
-        torch.ops.uqr._gemv_cuda  # noqa: B018  (resolving the op is the test)
+        torch.ops.uqr._qmma_cuda  # noqa: B018
     except (AttributeError, RuntimeError):
         return False
     return True
+
+
+def qmma_fits(x: torch.Tensor, w: torch.Tensor, fmt: str, K: int, group_size: int, in_heads: bool,
+              rows: int) -> bool:
+    """Whether the tensor-core small-M kernel takes this call (mirror of qmma_unsupported in C++).
+
+    It needs bf16/fp16 x, at most QMMA_MAX_ROWS rows, K (and a head-strided x's head dim) a multiple
+    of its 256/512-element stage, 16-byte aligned weight rows, and x readable 8 bytes at a time.
+    """
+    if fmt not in configs.QMMA_FORMATS or x.dtype not in (torch.bfloat16, torch.float16):
+        return False
+    if not 0 < rows <= configs.QMMA_FORMAT_MAX_ROWS.get(fmt, configs.QMMA_MAX_ROWS):
+        return False
+    elems, nbytes = block_geometry(fmt, group_size)
+    n = 1 if elems >= 256 else 256 // elems
+    while (n * nbytes) % 16:
+        n *= 2
+    if K % (n * elems) or w.data_ptr() % 16 or w.stride(0) % 16:
+        return False
+    if not x.is_contiguous() or x.data_ptr() % 8:
+        return False
+    return not in_heads or x.shape[-1] % (n * elems) == 0  # a stage must not straddle x heads
 
 
 def _check_weight(w: torch.Tensor, x: torch.Tensor, fmt: str, N: int, K: int, group_size: int) -> None:
@@ -98,11 +121,11 @@ def gemm_triton(x: torch.Tensor, w: torch.Tensor, fmt: str, N: int, K: int, grou
     if x.dtype not in (torch.float16, torch.bfloat16, torch.float32):
         raise ValueError(f"x: expected float16, bfloat16 or float32, got {x.dtype}")
     rows = x.numel() // K
-    if kernel == "cuda" or (kernel == "auto" and path == "auto" and configs.CUDA_GEMV_ENABLED
-                            and 0 < rows <= configs.CUDA_GEMV_MAX_ROWS and cuda_gemv_available()):
-        if kernel == "cuda" and path == "vec":
-            raise ValueError("kernel: 'cuda' has no vec path")
-        return torch.ops.uqr._gemv_cuda(x, w, fmt, N, K, group_size, out_heads, in_heads)
+    if kernel == "qmma" or (kernel == "auto" and path == "auto" and configs.QMMA_ENABLED and qmma_available()
+                            and qmma_fits(x, w, fmt, K, group_size, in_heads, rows)):
+        if path == "vec":
+            raise ValueError("kernel: 'qmma' has no vec path")
+        return torch.ops.uqr._qmma_cuda(x, w, fmt, N, K, group_size, out_heads, in_heads)
     lay = plan_gemm(x, N, K, out_heads, in_heads)
     if lay.y.numel() == 0:
         return lay.y

@@ -1,0 +1,98 @@
+"""The CUDA C++ tensor-core small-M kernel (csrc/cuda/qmma_small_m.cu) on a real GPU against float64.
+
+Skipped without a CUDA device or when torch_uqr._C was built without it (CPU torch; CI compiles the
+.cu with nvcc in test_cuda_build.py). y is NaN-poisoned (UQR_POISON=1) so an unwritten output
+fails; N is not a multiple of the CTA's 16 rows, K spans several stages and an uneven split over
+the CTA's warps, rows cover both 8-wide MMA column tiles, fresh random bytes every run.
+"""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from cuda_test_helpers import check_close, fresh_seed
+
+pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+
+FORMATS = [("q4_0", 0), ("q4_1", 0), ("q8_0", 0), ("q4_k", 0), ("mlx4", 32), ("mlx4", 64), ("mlx4", 128),
+           ("ternary", 0)]
+# Codes and products are exact, accumulation fp32: the error is y's rounding (bf16 2^-9, fp16 2^-12)
+# plus fp32 sums of B + q (B = 128 / 1024) that cancel against the offset term.
+TOL = {torch.bfloat16: 6e-3, torch.float16: 1.5e-3}
+
+
+@pytest.fixture(autouse=True)
+def _needs_kernel(monkeypatch):
+    ops = pytest.importorskip("torch_uqr.ops")
+    from torch_uqr.triton_kernels.dispatch import qmma_available
+    if not ops.op_available() or not qmma_available():
+        pytest.skip("torch_uqr._C was built without the CUDA kernels")
+    monkeypatch.setenv("UQR_POISON", "1")
+
+
+def _check(y: torch.Tensor, ref: torch.Tensor, dtype: torch.dtype, what: str) -> None:
+    assert y.dtype == dtype, (what, y.dtype)
+    check_close(y, ref, TOL[dtype], what, worst_factor=4)
+
+
+def _qmma(x, w, fmt, N, K, g=0, out_heads=0, in_heads=False):
+    return torch.ops.uqr._qmma_cuda(x, w, fmt, N, K, g, out_heads, in_heads)
+
+
+@pytest.mark.parametrize("fmt,g", FORMATS, ids=[f"{f}{g or ''}" for f, g in FORMATS])
+def test_qmma_every_m_and_dtype(fmt: str, g: int) -> None:
+    from torch_uqr.triton_kernels.testing import random_packed, reference_dequantize
+    # K = 1536: 3 (mlx4 g128: 1.5 -> K 3072) stages of 512 / 6 of 256 over 4 warps (uneven split).
+    for N, K in ((200, 1536), (37, 3072), (16, 512)):
+        w = random_packed(fmt, N, K, g, seed=fresh_seed(), device="cuda")
+        wref = reference_dequantize(w, fmt, N, K, g)
+        for dtype in (torch.bfloat16, torch.float16):
+            for M in (1, 2, 7, 8, 9, 16):
+                x = torch.randn(M, K, device="cuda").to(dtype)
+                _check(_qmma(x, w, fmt, N, K, g), x.double() @ wref.t(), dtype, f"{fmt} {N}x{K} M={M} {dtype}")
+        x = torch.randn(K, device="cuda", dtype=torch.bfloat16)  # 1-D x
+        _check(_qmma(x, w, fmt, N, K, g), x.double() @ wref.t(), torch.bfloat16, f"{fmt} 1-D")
+
+
+@pytest.mark.parametrize("fmt", ["q4_0", "q4_k", "mlx4", "ternary"])
+def test_qmma_layouts(fmt: str) -> None:
+    """Batched x, head-strided x and direct-head y, all through the stride params (no copies)."""
+    from torch_uqr.triton_kernels.testing import random_packed, reference_dequantize
+    g = 64 if fmt == "mlx4" else 0
+    N, K, H_in, H_out = 256, 2048, 8, 4  # x heads of 256: whole stages
+    w = random_packed(fmt, N, K, g, seed=fresh_seed(), device="cuda")
+    wref = reference_dequantize(w, fmt, N, K, g)
+    for batch, M in ((2, 3), (1, 7), (4, 4), (2, 8)):
+        x = torch.randn(batch, H_in, M, K // H_in, device="cuda", dtype=torch.bfloat16)
+        flat = x.transpose(1, 2).reshape(batch, M, K).double() @ wref.t()
+        heads = flat.reshape(batch, M, H_out, N // H_out).transpose(1, 2)
+        _check(_qmma(x, w, fmt, N, K, g, H_out, True), heads, torch.bfloat16, f"{fmt} heads b={batch} M={M}")
+        xp = x.transpose(1, 2).reshape(batch, M, K).contiguous()
+        _check(_qmma(xp, w, fmt, N, K, g), flat, torch.bfloat16, f"{fmt} batch b={batch} M={M}")
+        _check(_qmma(xp, w, fmt, N, K, g, H_out), heads, torch.bfloat16, f"{fmt} y heads b={batch} M={M}")
+
+
+def test_qmma_dispatch_and_fallbacks() -> None:
+    """gemm's auto path takes the kernel only where it fits; elsewhere Triton answers correctly."""
+    import torch_uqr as uqr
+    from torch_uqr.triton_kernels import dispatch
+    from torch_uqr.triton_kernels.testing import random_packed, reference_dequantize
+    N, K = 96, 512
+    w = random_packed("q4_0", N, K, 0, seed=fresh_seed(), device="cuda")
+    wref = reference_dequantize(w, "q4_0", N, K)
+    x = torch.randn(5, K, device="cuda", dtype=torch.bfloat16)
+    assert dispatch.qmma_fits(x, w, "q4_0", K, 0, False, 5)
+    assert not dispatch.qmma_fits(x.float(), w, "q4_0", K, 0, False, 5), "fp32 x stays on Triton"
+    assert not dispatch.qmma_fits(torch.randn(17, K, device="cuda", dtype=torch.bfloat16), w, "q4_0", K, 0, False, 17)
+    w_odd = random_packed("q4_0", N, 288, 0, seed=1, device="cuda")  # K = 288: not a multiple of the stage
+    assert not dispatch.qmma_fits(torch.randn(1, 288, device="cuda", dtype=torch.bfloat16), w_odd, "q4_0", 288, 0,
+                                  False, 1)
+    y = dispatch.gemm_triton(x, w, "q4_0", N, K)
+    _check(y, x.double() @ wref.t(), torch.bfloat16, "auto")
+    with pytest.raises(RuntimeError, match="unsupported call"):
+        _qmma(x.float(), w, "q4_0", N, K)
+    xh = torch.randn(4, 5, K // 4, device="cuda", dtype=torch.bfloat16)  # heads of 128 < a 256 stage
+    assert not dispatch.qmma_fits(xh, w, "q4_0", K, 0, True, 5)
+    _check(dispatch.gemm_triton(xh, w, "q4_0", N, K, in_heads=True),
+           xh.transpose(0, 1).reshape(5, K).double() @ wref.t(), torch.bfloat16, "heads of 128 via Triton")
+    _check(uqr.gemm(x, uqr.QTensor(w, "q4_0", (N, K))), x.double() @ wref.t(), torch.bfloat16, "public gemm")
