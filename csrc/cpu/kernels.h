@@ -19,6 +19,7 @@ constexpr int kFusedMaxRows = 8;            // rows per fused pass (accumulators
 constexpr int64_t kFusedXBytes = 24 << 10;  // activation rows kept in L1 per K chunk (L1d = 48 KiB)
 constexpr int64_t kPanelRows = 64;          // decoded weight rows per thread (1 MiB at K=4096)
 constexpr int64_t kFusedGrainRows = 64;     // weight rows per parallel work unit, fused path
+constexpr int64_t kHalfPanelRows = 1024;    // weight rows decoded per library GEMM, half path
 
 // Writes float results into y through the output strides, converting to y's dtype.
 class OutputWriter {
@@ -26,8 +27,15 @@ class OutputWriter {
   OutputWriter(const at::Tensor& y, const uqr_gemm_params& p);
   // y(r, n0 .. n0+count) = src[0 .. count)
   void store(int64_t r, int64_t n0, int64_t count, const float* src) const;
+  // The same from values already in y's dtype (the half library path): copies, no rounding.
+  void store(int64_t r, int64_t n0, int64_t count, const c10::Half* src) const;
+  void store(int64_t r, int64_t n0, int64_t count, const c10::BFloat16* src) const;
 
  private:
+  // f(offset into y, offset into src, run length) for each contiguous run of y(r, n0 .. n0+count).
+  template <class F>
+  void for_runs(int64_t r, int64_t n0, int64_t count, F&& f) const;
+
   void* base_;
   at::ScalarType dtype_;
   const uqr_gemm_params& p_;
@@ -49,5 +57,9 @@ void pack_x(const at::Tensor& x, const uqr_gemm_params& p, int64_t R, float* xp)
 // Panel path over the packed activations.
 void gemm_panels(const uint8_t* w, const uqr_gemm_params& p, const float* xp, int64_t R,
                  const OutputWriter& out);
+// Half activations (bf16/fp16), larger M: weights decoded into x's dtype, multiplied by ATen's mm
+// (oneDNN; AMX for bf16), results stored into y (y has x's dtype).
+void gemm_half_library(const uint8_t* w, const uqr_gemm_params& p, const at::Tensor& x, int64_t R,
+                       const at::Tensor& y, const OutputWriter& out);
 
 }  // namespace uqr::cpu
