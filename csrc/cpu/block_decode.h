@@ -95,20 +95,25 @@ struct BlockDecoder<UQR_Q8_0, 0> : GenericDecoder<UQR_Q8_0, 0> {
 // q4_k: the 8 six-bit scales and mins are unpacked with four 32-bit word operations (ggml's
 // packing, byte-parallel) and scaled by d / dmin 16 lanes at once; the per-sub-block factors are
 // then broadcast from memory (a load, not a shuffle: the shuffle port is the decoder's bottleneck).
+// f[j] = d sc_j, f[8 + j] = dmin m_j of one q4_k block (also used by the bf16 dot kernel).
+inline void q4_k_factors(const uint8_t* blk, float* f) {
+  const float d = load_half(blk), dmin = load_half(blk + 2);
+  const uint32_t w0 = uqr_load_u32(blk + 4), w1 = uqr_load_u32(blk + 8), w2 = uqr_load_u32(blk + 12);
+  // bytes: sc0..3 | sc4..7 | m0..3 | m4..7, as formats-spec.md's q4_k scale rules, 4 at a time.
+  const __m128i packed = _mm_setr_epi32(
+      static_cast<int>(w0 & 0x3f3f3f3fu),
+      static_cast<int>((w2 & 0x0f0f0f0fu) | ((w0 >> 2) & 0x30303030u)),
+      static_cast<int>(w1 & 0x3f3f3f3fu),
+      static_cast<int>(((w2 >> 4) & 0x0f0f0f0fu) | ((w1 >> 2) & 0x30303030u)));
+  const __m512 mult = _mm512_mask_blend_ps(0xFF00, _mm512_set1_ps(d), _mm512_set1_ps(dmin));
+  _mm512_storeu_ps(f, _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(packed)), mult));
+}
+
 template <>
 struct BlockDecoder<UQR_Q4_K, 0> : GenericDecoder<UQR_Q4_K, 0> {
   static inline void decode(const uint8_t* blk, vf* out) {
-    const float d = load_half(blk), dmin = load_half(blk + 2);
-    const uint32_t w0 = uqr_load_u32(blk + 4), w1 = uqr_load_u32(blk + 8), w2 = uqr_load_u32(blk + 12);
-    // bytes: sc0..3 | sc4..7 | m0..3 | m4..7, as formats-spec.md's q4_k scale rules, 4 at a time.
-    const __m128i packed = _mm_setr_epi32(
-        static_cast<int>(w0 & 0x3f3f3f3fu),
-        static_cast<int>((w2 & 0x0f0f0f0fu) | ((w0 >> 2) & 0x30303030u)),
-        static_cast<int>(w1 & 0x3f3f3f3fu),
-        static_cast<int>(((w2 >> 4) & 0x0f0f0f0fu) | ((w1 >> 2) & 0x30303030u)));
-    const __m512 mult = _mm512_mask_blend_ps(0xFF00, _mm512_set1_ps(d), _mm512_set1_ps(dmin));
-    alignas(64) float f[16];  // f[j] = d sc_j, f[8 + j] = dmin m_j
-    _mm512_store_ps(f, _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(packed)), mult));
+    alignas(64) float f[16];
+    q4_k_factors(blk, f);
     const __m512 tbl = nibble_table(0.f);
     for (int c = 0; c < 4; ++c) {
       // Bytes qs[32c..32c+31]: low nibbles = sub-block 2c, high nibbles = sub-block 2c+1.

@@ -39,27 +39,6 @@ void decode_panel_half(const uint8_t* w, const uqr_gemm_params& p, int64_t n0, i
   });
 }
 
-// x as an [R, K] matrix with unit column stride: a view when the rows have one stride (plain x,
-// batches collapsed by the planner), otherwise a gathered copy read through the head strides.
-at::Tensor x_matrix(const at::Tensor& x, const uqr_gemm_params& p, int64_t R) {
-  if (p.batch == 1 && p.x_head_dim == p.K)
-    return x.as_strided({R, p.K}, {p.x_row_stride, 1}, x.storage_offset());
-  at::Tensor xm = at::empty({R, p.K}, x.options());
-  const int64_t heads = p.K / p.x_head_dim, es = x.element_size();
-  const char* src = static_cast<const char*>(x.const_data_ptr());
-  char* dst = static_cast<char*>(xm.data_ptr());
-  at::parallel_for(0, R, 16, [&](int64_t begin, int64_t end) {
-    for (int64_t r = begin; r < end; ++r) {
-      const int64_t b = r / p.M, m = r % p.M;
-      for (int64_t h = 0; h < heads; ++h)
-        std::memcpy(dst + (r * p.K + h * p.x_head_dim) * es,
-                    src + (b * p.x_batch_stride + m * p.x_row_stride + h * p.x_head_stride) * es,
-                    p.x_head_dim * es);
-    }
-  });
-  return xm;
-}
-
 template <class T>
 void run(const uint8_t* w, const uqr_gemm_params& p, const at::Tensor& x, int64_t R, const at::Tensor& y,
          const OutputWriter& out) {
@@ -91,6 +70,26 @@ void run(const uint8_t* w, const uqr_gemm_params& p, const at::Tensor& x, int64_
 }
 
 }  // namespace
+
+// The view case covers plain x and batches the planner collapsed into one row stride.
+at::Tensor x_matrix(const at::Tensor& x, const uqr_gemm_params& p, int64_t R) {
+  if (p.batch == 1 && p.x_head_dim == p.K)
+    return x.as_strided({R, p.K}, {p.x_row_stride, 1}, x.storage_offset());
+  at::Tensor xm = at::empty({R, p.K}, x.options());
+  const int64_t heads = p.K / p.x_head_dim, es = x.element_size();
+  const char* src = static_cast<const char*>(x.const_data_ptr());
+  char* dst = static_cast<char*>(xm.data_ptr());
+  at::parallel_for(0, R, 16, [&](int64_t begin, int64_t end) {
+    for (int64_t r = begin; r < end; ++r) {
+      const int64_t b = r / p.M, m = r % p.M;
+      for (int64_t h = 0; h < heads; ++h)
+        std::memcpy(dst + (r * p.K + h * p.x_head_dim) * es,
+                    src + (b * p.x_batch_stride + m * p.x_row_stride + h * p.x_head_stride) * es,
+                    p.x_head_dim * es);
+    }
+  });
+  return xm;
+}
 
 void gemm_half_library(const uint8_t* w, const uqr_gemm_params& p, const at::Tensor& x, int64_t R,
                        const at::Tensor& y, const OutputWriter& out) {
