@@ -7,11 +7,13 @@
 // activation dtype the same way; the error stays well inside the tests' 1e-2 bound for half
 // outputs (whose own rounding is 2^-9 for bf16).
 //
-// Structure (measured, docs/bench_cpu.md): panels of kHalfPanelRows rows are decoded by all
-// threads (at::parallel_for), then one mm uses all threads. Per-thread panels with a
-// single-threaded mm inside the parallel region were slower: oneDNN's small-N AMX calls pay
-// their weight reorder per call, and large panels amortize it. Extra memory: one panel
-// (kHalfPanelRows x K halves, 8 MiB at K = 4096) plus the gathered x when x is head-strided.
+// Structure: panels of kHalfPanelRows rows are decoded by all threads (at::parallel_for), then
+// one mm per panel uses all threads. Panel sizes of 256 .. 4096 rows were measured at M = 16,
+// 128, 512 (K = N = 4096): 512 .. 2048 were within noise of each other, the whole matrix at
+// once (4096) up to 2x slower. Per-thread panels with a single-threaded mm inside the parallel
+// region were not tried: the fp32 path's experience (gemm_panel.cpp) is that a library GEMM
+// called there oversubscribes the cores. Extra memory: one panel (kHalfPanelRows x K halves,
+// 8 MiB at K = 4096) plus the gathered x when x is head-strided.
 #include <ATen/Parallel.h>
 
 #include <algorithm>
