@@ -231,8 +231,8 @@ void run(const uint8_t* w, const uqr_gemm_params& p, const at::Tensor& x, int64_
 bool gemm_bf16_dot(const uint8_t* w, const uqr_gemm_params& p, const at::Tensor& x, int64_t R,
                    const OutputWriter& out) {
   // Measured against the fp32 fused kernel (docs/bench_cpu.md): faster only for one activation
-  // row. Each further row costs a vdpbf16ps (two uops here) and a scale FMA per 32 elements where
-  // the fp32 kernel needs two FMAs, so from two rows on the fp32 kernel wins.
+  // row. Each further row costs a vdpbf16ps and a scale FMA per 32 elements where the fp32
+  // kernel needs two FMAs, and from two rows on the fp32 kernel measured faster.
   if (R != 1) return false;
   switch (p.fmt) {
     case UQR_Q4_0: run<Bf16Block<UQR_Q4_0>>(w, p, x, R, out); return true;
