@@ -2,8 +2,7 @@
 
 Which path a call takes (csrc/cpu/gemm_cpu.cpp): bf16 with more than 8 rows, and fp16 with at
 least 256 rows, decode the weights into x's dtype and multiply with ATen's mm ("library" path);
-bf16 with one row uses the exact bf16 dot-product kernel (q4_0, q4_k, mlx4), other small-M
-cases the fp32 fused kernel; everything else is the fp32 path. Each case is checked twice:
+everything else runs the exact fp32 kernels. Each case is checked twice:
 
 * against `x @ W.T` in float64 with the usual 1e-2 relative bound, and
 * element by element against the reference the path claims to compute: the exact paths must
@@ -69,8 +68,7 @@ def paths_for(fmt: str) -> list[str]:
 def test_plain(fmt, g, dtype, M):
     K = k_for(fmt)
     qt, W = weights(fmt, g, N_ODD, K)
-    # One row takes the bf16 dot kernel, 3 x 1 rows the fp32 fused kernel; 2 x 129 rows reach the
-    # fp16 library path.
+    # 2 x 129 rows reach the fp16 library path.
     leads = [(), (3,)] if M == 1 else [(2,)] if M == 129 else [()]
     for lead in leads:
         x = randn(*lead, M, K, dtype=dtype)
@@ -91,7 +89,7 @@ LAYOUTS = [(5, False, 0), (0, True, 4), (7, True, 8)]
 def test_head_layouts(fmt, g, dtype, out_heads, in_heads, h_in, M):
     K = k_for(fmt)
     qt, W = weights(fmt, g, N_ODD, K)
-    lead = (2,) if M >= 9 else () if M == 1 else (1,)  # M = 1: one row, the bf16 dot kernel
+    lead = (2,) if M >= 9 else () if M == 1 else (1,)
     x = randn(*lead, h_in, M, K // h_in, dtype=dtype) if in_heads else randn(*lead, M, K, dtype=dtype)
     rows = x.numel() // K
     for path in paths_for(fmt):

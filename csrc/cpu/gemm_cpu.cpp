@@ -106,9 +106,6 @@ at::Tensor gemm(const at::Tensor& x, const at::Tensor& w, c10::string_view fmt, 
   const OutputWriter out(y, p);
 
   if (use_fused(plan, R)) {
-    if (plan.x_used.scalar_type() == at::kBFloat16 && plan.path != GemmPath::kVec &&
-        gemm_bf16_dot(wp, p, plan.x_used, R, out))
-      return y;
     std::vector<float> X(static_cast<size_t>(R * p.K));
     stage_rows(plan.x_used, p, 0, R, X.data());
     const bool vec = p.fmt == UQR_TERNARY &&

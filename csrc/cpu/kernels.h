@@ -57,10 +57,6 @@ void gemm_ternary_vec(const uint8_t* w, const uqr_gemm_params& p, const float* X
 // Packs rows [0, R) of x as fp32 column blocks xp[mb][k][16] (zero rows past R); xp holds
 // ceil(R/16)*16*K floats.
 void pack_x(const at::Tensor& x, const uqr_gemm_params& p, int64_t R, float* xp);
-// Small-M kernels for bf16 x (gemm_bf16.cpp): exact bf16 dot products with avx512_bf16. Returns
-// false, writing nothing, when the format has no such kernel or the build lacks avx512_bf16.
-bool gemm_bf16_dot(const uint8_t* w, const uqr_gemm_params& p, const at::Tensor& x, int64_t R,
-                   const OutputWriter& out);
 // x as an [R, K] matrix with unit column stride: a view of x when its rows have one stride,
 // otherwise a copy gathered through the head strides (gemm_half.cpp).
 at::Tensor x_matrix(const at::Tensor& x, const uqr_gemm_params& p, int64_t R);
