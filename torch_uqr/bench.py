@@ -3,7 +3,7 @@
 For every (shape, format, path, M) it reports the median time of ``uqr.gemm``, its GFLOP/s, the
 max error relative to a float64 CPU reference (``max|y - ref| / max|ref|``), and, measured in the
 same run, "dequantize + torch.matmul" (the reference decoder then a dense matmul) and the dense
-matmul alone (weights already float32). Between repetitions the packed weights rotate through
+matmul alone (weights already in x's dtype). Between repetitions the packed weights rotate through
 enough copies to exceed the last-level cache, so every call reads its weights from memory, as the
 seed's benchmark flushes its cache. ``--device cuda`` hands over to ``torch_uqr.bench_cuda``.
 """
@@ -144,9 +144,11 @@ def bench_one(fmt: str, g: int, N: int, K: int, Ms: list[int], args, device: tor
     copies = 1 if device.type != "cpu" else max(2, -(-int(1.5 * llc_bytes()) // data.numel()))
     qts = [QTensor(data.clone().to(device), fmt, (N, K), g) for _ in range(copies)]
     W = dequantize(QTensor(data, fmt, (N, K), g)).to(torch.float64)
-    dense = W.to(torch.float32).to(device)
+    # Dense weights already in x's dtype, so the baseline is the library matmul alone (for bf16 on
+    # AVX-512 CPUs, oneDNN's AMX kernel), not a conversion of W per call.
+    dense = W.to(dtype).to(device)
     dense_copies = [dense] + [dense.clone() for _ in range(max(0, min(3, -(-int(1.5 * llc_bytes())
-                                                                  // (dense.numel() * 4)) - 1)))]
+                                                                  // (dense.numel() * dense.element_size())) - 1)))]
     rows = []
     paths = ["vec", "mma"] if fmt == "ternary" else ["auto"]
     for M in Ms:
@@ -158,9 +160,7 @@ def bench_one(fmt: str, g: int, N: int, K: int, Ms: list[int], args, device: tor
         if not args.no_baseline:
             deq_ms = median_ms(lambda i: xd @ dequantize(qts[i % copies]).to(dtype).T,
                                min(reps, 3), device)
-            dense_ms = median_ms(lambda i: xd @ dense_copies[i % len(dense_copies)].to(dtype).T
-                                 if dtype != torch.float32 else xd @ dense_copies[i % len(dense_copies)].T,
-                                 reps, device)
+            dense_ms = median_ms(lambda i: xd @ dense_copies[i % len(dense_copies)].T, reps, device)
         for path in paths:
             y = ops.gemm(xd, qts[0], path=path).double().cpu()
             err = ((y - ref).abs().max() / ref.abs().max().clamp_min(1e-30)).item()
@@ -180,7 +180,7 @@ def format_table(rows: list[Row]) -> str:
     def f(v, spec):
         return "-" if v is None else format(v, spec)
     head = ("| format | path | N x K | M | uqr ms | GFLOP/s | max rel err | deq+matmul ms | x faster "
-            "| dense fp32 matmul ms | llama.cpp ms |")
+            "| dense matmul ms (x dtype) | llama.cpp ms |")
     lines = [head, "|" + "---|" * 11]
     for r in rows:
         name = f"{r.fmt}:{r.group_size}" if r.fmt == "mlx4" else r.fmt

@@ -62,22 +62,23 @@ inline __m512 nibble_table(float base) {
 template <>
 struct BlockDecoder<UQR_Q4_0, 0> : GenericDecoder<UQR_Q4_0, 0> {
   static inline void decode(const uint8_t* blk, vf* out) {
-    const __m512 d = _mm512_set1_ps(load_half(blk));
+    // The scale is applied to the 16-entry table once instead of to the 32 looked-up values:
+    // (q - 8) d is the same single rounding either way, for one multiply instead of two.
+    const __m512 tbl = _mm512_mul_ps(nibble_table(-8.f), _mm512_set1_ps(load_half(blk)));
     const __m512i q = widen_bytes(blk + 2);
-    const __m512 tbl = nibble_table(-8.f);
-    out[0] = _mm512_mul_ps(_mm512_permutexvar_ps(q, tbl), d);
-    out[1] = _mm512_mul_ps(_mm512_permutexvar_ps(_mm512_srli_epi32(q, 4), tbl), d);
+    out[0] = _mm512_permutexvar_ps(q, tbl);
+    out[1] = _mm512_permutexvar_ps(_mm512_srli_epi32(q, 4), tbl);
   }
 };
 
 template <>
 struct BlockDecoder<UQR_Q4_1, 0> : GenericDecoder<UQR_Q4_1, 0> {
   static inline void decode(const uint8_t* blk, vf* out) {
-    const __m512 d = _mm512_set1_ps(load_half(blk)), m = _mm512_set1_ps(load_half(blk + 2));
+    // q d + m evaluated on the table (one FMA, same rounding as per element).
+    const __m512 tbl = _mm512_fmadd_ps(nibble_table(0.f), _mm512_set1_ps(load_half(blk)), _mm512_set1_ps(load_half(blk + 2)));
     const __m512i q = widen_bytes(blk + 4);
-    const __m512 tbl = nibble_table(0.f);
-    out[0] = _mm512_fmadd_ps(_mm512_permutexvar_ps(q, tbl), d, m);
-    out[1] = _mm512_fmadd_ps(_mm512_permutexvar_ps(_mm512_srli_epi32(q, 4), tbl), d, m);
+    out[0] = _mm512_permutexvar_ps(q, tbl);
+    out[1] = _mm512_permutexvar_ps(_mm512_srli_epi32(q, 4), tbl);
   }
 };
 
@@ -95,30 +96,36 @@ struct BlockDecoder<UQR_Q8_0, 0> : GenericDecoder<UQR_Q8_0, 0> {
 // q4_k: the 8 six-bit scales and mins are unpacked with four 32-bit word operations (ggml's
 // packing, byte-parallel) and scaled by d / dmin 16 lanes at once; the per-sub-block factors are
 // then broadcast from memory (a load, not a shuffle: the shuffle port is the decoder's bottleneck).
+// f[j] = d sc_j, f[8 + j] = dmin m_j of one q4_k block.
+inline void q4_k_factors(const uint8_t* blk, float* f) {
+  const float d = load_half(blk), dmin = load_half(blk + 2);
+  const uint32_t w0 = uqr_load_u32(blk + 4), w1 = uqr_load_u32(blk + 8), w2 = uqr_load_u32(blk + 12);
+  // bytes: sc0..3 | sc4..7 | m0..3 | m4..7, as formats-spec.md's q4_k scale rules, 4 at a time.
+  const __m128i packed = _mm_setr_epi32(
+      static_cast<int>(w0 & 0x3f3f3f3fu),
+      static_cast<int>((w2 & 0x0f0f0f0fu) | ((w0 >> 2) & 0x30303030u)),
+      static_cast<int>(w1 & 0x3f3f3f3fu),
+      static_cast<int>(((w2 >> 4) & 0x0f0f0f0fu) | ((w1 >> 2) & 0x30303030u)));
+  const __m512 mult = _mm512_mask_blend_ps(0xFF00, _mm512_set1_ps(d), _mm512_set1_ps(dmin));
+  _mm512_storeu_ps(f, _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(packed)), mult));
+}
+
 template <>
 struct BlockDecoder<UQR_Q4_K, 0> : GenericDecoder<UQR_Q4_K, 0> {
   static inline void decode(const uint8_t* blk, vf* out) {
-    const float d = load_half(blk), dmin = load_half(blk + 2);
-    const uint32_t w0 = uqr_load_u32(blk + 4), w1 = uqr_load_u32(blk + 8), w2 = uqr_load_u32(blk + 12);
-    // bytes: sc0..3 | sc4..7 | m0..3 | m4..7, as formats-spec.md's q4_k scale rules, 4 at a time.
-    const __m128i packed = _mm_setr_epi32(
-        static_cast<int>(w0 & 0x3f3f3f3fu),
-        static_cast<int>((w2 & 0x0f0f0f0fu) | ((w0 >> 2) & 0x30303030u)),
-        static_cast<int>(w1 & 0x3f3f3f3fu),
-        static_cast<int>(((w2 >> 4) & 0x0f0f0f0fu) | ((w1 >> 2) & 0x30303030u)));
-    const __m512 mult = _mm512_mask_blend_ps(0xFF00, _mm512_set1_ps(d), _mm512_set1_ps(dmin));
-    alignas(64) float f[16];  // f[j] = d sc_j, f[8 + j] = dmin m_j
-    _mm512_store_ps(f, _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(packed)), mult));
+    alignas(64) float f[16];
+    q4_k_factors(blk, f);
     const __m512 tbl = nibble_table(0.f);
     for (int c = 0; c < 4; ++c) {
-      // Bytes qs[32c..32c+31]: low nibbles = sub-block 2c, high nibbles = sub-block 2c+1.
-      const __m512 a_lo = _mm512_set1_ps(f[2 * c]), o_lo = _mm512_set1_ps(f[8 + 2 * c]);
-      const __m512 a_hi = _mm512_set1_ps(f[2 * c + 1]), o_hi = _mm512_set1_ps(f[9 + 2 * c]);
+      // Bytes qs[32c..32c+31]: low nibbles = sub-block 2c, high nibbles = sub-block 2c+1. Each
+      // sub-block's 16 possible values are computed once (same rounding as per element).
+      const __m512 t_lo = _mm512_fmsub_ps(tbl, _mm512_set1_ps(f[2 * c]), _mm512_set1_ps(f[8 + 2 * c]));
+      const __m512 t_hi = _mm512_fmsub_ps(tbl, _mm512_set1_ps(f[2 * c + 1]), _mm512_set1_ps(f[9 + 2 * c]));
       const __m512i q0 = widen_bytes(blk + 16 + 32 * c), q1 = widen_bytes(blk + 16 + 32 * c + 16);
-      out[4 * c + 0] = _mm512_fmsub_ps(_mm512_permutexvar_ps(q0, tbl), a_lo, o_lo);
-      out[4 * c + 1] = _mm512_fmsub_ps(_mm512_permutexvar_ps(q1, tbl), a_lo, o_lo);
-      out[4 * c + 2] = _mm512_fmsub_ps(_mm512_permutexvar_ps(_mm512_srli_epi32(q0, 4), tbl), a_hi, o_hi);
-      out[4 * c + 3] = _mm512_fmsub_ps(_mm512_permutexvar_ps(_mm512_srli_epi32(q1, 4), tbl), a_hi, o_hi);
+      out[4 * c + 0] = _mm512_permutexvar_ps(q0, t_lo);
+      out[4 * c + 1] = _mm512_permutexvar_ps(q1, t_lo);
+      out[4 * c + 2] = _mm512_permutexvar_ps(_mm512_srli_epi32(q0, 4), t_hi);
+      out[4 * c + 3] = _mm512_permutexvar_ps(_mm512_srli_epi32(q1, 4), t_hi);
     }
   }
 };

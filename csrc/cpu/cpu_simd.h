@@ -77,4 +77,27 @@ void from_float(const float* src, float* dst, int64_t n);
 void from_float(const float* src, c10::Half* dst, int64_t n);
 void from_float(const float* src, c10::BFloat16* dst, int64_t n);
 
+// One vector of 16 floats -> 16 halves at dst, rounded to nearest even (decoded weights going
+// into a half panel; they are finite, so the bf16 rounding needs no NaN case).
+inline void vstore_half(c10::Half* dst, vf v) {
+#if UQR_CPU_AVX512
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst), _mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+#else
+  for (int i = 0; i < kLanes; ++i) dst[i] = static_cast<c10::Half>(v.f[i]);
+#endif
+}
+inline void vstore_half(c10::BFloat16* dst, vf v) {
+#if UQR_CPU_AVX512 && defined(__AVX512BF16__)
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst), (__m256i)_mm512_cvtneps_pbh(v));
+#elif UQR_CPU_AVX512
+  // Round to nearest even on the bit pattern: add 0x7fff plus the lowest kept bit, keep the top half.
+  const __m512i b = _mm512_castps_si512(v);
+  const __m512i odd = _mm512_and_si512(_mm512_srli_epi32(b, 16), _mm512_set1_epi32(1));
+  const __m512i r = _mm512_srli_epi32(_mm512_add_epi32(_mm512_add_epi32(b, _mm512_set1_epi32(0x7fff)), odd), 16);
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst), _mm512_cvtepi32_epi16(r));
+#else
+  for (int i = 0; i < kLanes; ++i) dst[i] = static_cast<c10::BFloat16>(v.f[i]);
+#endif
+}
+
 }  // namespace uqr::cpu

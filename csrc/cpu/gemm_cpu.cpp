@@ -13,7 +13,8 @@ namespace uqr::cpu {
 OutputWriter::OutputWriter(const at::Tensor& y, const uqr_gemm_params& p)
     : base_(y.data_ptr()), dtype_(y.scalar_type()), p_(p) {}
 
-void OutputWriter::store(int64_t r, int64_t n0, int64_t count, const float* src) const {
+template <class F>
+void OutputWriter::for_runs(int64_t r, int64_t n0, int64_t count, F&& f) const {
   const int64_t b = r / p_.M, m = r % p_.M;
   const int64_t row = b * p_.y_batch_stride + m * p_.y_row_stride;
   int64_t n = n0;
@@ -21,14 +22,33 @@ void OutputWriter::store(int64_t r, int64_t n0, int64_t count, const float* src)
     // One contiguous run per output head.
     const int64_t h = n / p_.y_head_dim, d = n % p_.y_head_dim;
     const int64_t run = std::min<int64_t>(p_.y_head_dim - d, n0 + count - n);
-    const int64_t off = row + h * p_.y_head_stride + d;
-    switch (dtype_) {
-      case at::kFloat: from_float(src + (n - n0), static_cast<float*>(base_) + off, run); break;
-      case at::kHalf: from_float(src + (n - n0), static_cast<c10::Half*>(base_) + off, run); break;
-      default: from_float(src + (n - n0), static_cast<c10::BFloat16*>(base_) + off, run); break;
-    }
+    f(row + h * p_.y_head_stride + d, n - n0, run);
     n += run;
   }
+}
+
+void OutputWriter::store(int64_t r, int64_t n0, int64_t count, const float* src) const {
+  for_runs(r, n0, count, [&](int64_t off, int64_t s, int64_t run) {
+    switch (dtype_) {
+      case at::kFloat: from_float(src + s, static_cast<float*>(base_) + off, run); break;
+      case at::kHalf: from_float(src + s, static_cast<c10::Half*>(base_) + off, run); break;
+      default: from_float(src + s, static_cast<c10::BFloat16*>(base_) + off, run); break;
+    }
+  });
+}
+
+void OutputWriter::store(int64_t r, int64_t n0, int64_t count, const c10::Half* src) const {
+  TORCH_INTERNAL_ASSERT(dtype_ == at::kHalf);
+  for_runs(r, n0, count, [&](int64_t off, int64_t s, int64_t run) {
+    std::memcpy(static_cast<c10::Half*>(base_) + off, src + s, run * sizeof(c10::Half));
+  });
+}
+
+void OutputWriter::store(int64_t r, int64_t n0, int64_t count, const c10::BFloat16* src) const {
+  TORCH_INTERNAL_ASSERT(dtype_ == at::kBFloat16);
+  for_runs(r, n0, count, [&](int64_t off, int64_t s, int64_t run) {
+    std::memcpy(static_cast<c10::BFloat16*>(base_) + off, src + s, run * sizeof(c10::BFloat16));
+  });
 }
 
 void stage_rows(const at::Tensor& x, const uqr_gemm_params& p, int64_t r0, int64_t rows, float* dst) {
@@ -55,6 +75,18 @@ namespace {
 // ~10 % faster at M = 1..8 on the 2-core AVX-512 dev box (docs/operator.md, "Ternary paths").
 constexpr bool kTernaryAutoVec = false;
 
+// Half x at larger M: decode to x's dtype and multiply with ATen's mm (gemm_half.cpp) instead of
+// the fp32 panel GEMM. bf16 runs on AMX and wins from M = 9 on. fp16 has no AMX on this CPU
+// generation: oneDNN's fp16 GEMM only beats our fp32 panel GEMM for tall x, so fp16 switches at
+// kHalfFp16MinRows (measurements in docs/bench_cpu.md).
+constexpr int64_t kHalfFp16MinRows = 256;
+
+bool use_half_library(const GemmPlan& plan, int64_t R) {
+  if (plan.path == GemmPath::kVec) return false;
+  const auto st = plan.x_used.scalar_type();
+  return st == at::kBFloat16 || (st == at::kHalf && R >= kHalfFp16MinRows);
+}
+
 bool use_fused(const GemmPlan& plan, int64_t R) {
   if (plan.path == GemmPath::kVec) return true;
   return R <= kFusedMaxRows;
@@ -80,6 +112,10 @@ at::Tensor gemm(const at::Tensor& x, const at::Tensor& w, c10::string_view fmt, 
                      (plan.path == GemmPath::kVec || (plan.path == GemmPath::kAuto && kTernaryAutoVec));
     if (vec) gemm_ternary_vec(wp, p, X.data(), R, out);
     else gemm_fused(wp, p, X.data(), R, out);
+    return y;
+  }
+  if (use_half_library(plan, R)) {
+    gemm_half_library(wp, p, plan.x_used, R, y, out);
     return y;
   }
   // Panel path: x is read once through its strides into the packed fp32 layout.

@@ -17,11 +17,6 @@
 namespace uqr::cpu {
 namespace {
 
-template <int MR>
-constexpr int weight_rows_per_tile() {
-  return MR == 1 ? 4 : MR == 2 ? 2 : 1;
-}
-
 template <class Dec, int MR, int NR>
 inline void fused_tile(const uint8_t* w, int64_t row_bytes, int64_t nblocks, const float* X,
                        int64_t K, float* res, int64_t ld_res, bool accumulate) {
@@ -47,20 +42,12 @@ inline void fused_tile(const uint8_t* w, int64_t row_bytes, int64_t nblocks, con
     }
 }
 
-// K elements per pass so that MR activation rows stay in L1 (kFusedXBytes) while every weight
-// row of the work unit streams past them; a multiple of 256, which every block size divides.
-template <int MR>
-int64_t fused_k_chunk(int64_t K) {
-  const int64_t fit = kFusedXBytes / (static_cast<int64_t>(sizeof(float)) * MR) / 256 * 256;
-  return std::min<int64_t>(K, std::max<int64_t>(256, fit));
-}
-
 // Weight rows [n0, n1) against MR staged rows; results into res[m * ld_res + (n - n0)].
 template <class Dec, int MR>
 void fused_rows(const uint8_t* w, const uqr_gemm_params& p, const float* X, int64_t n0, int64_t n1,
                 float* res, int64_t ld_res) {
   constexpr int NR = weight_rows_per_tile<MR>();
-  const int64_t chunk = fused_k_chunk<MR>(p.K);
+  const int64_t chunk = fused_k_chunk<MR>(p.K, sizeof(float));
   for (int64_t k0 = 0; k0 < p.K; k0 += chunk) {
     const int64_t nblocks = std::min(chunk, p.K - k0) / Dec::kElems;
     const uint8_t* wk = w + (k0 / Dec::kElems) * Dec::kBytes;
@@ -69,22 +56,6 @@ void fused_rows(const uint8_t* w, const uqr_gemm_params& p, const float* X, int6
       fused_tile<Dec, MR, NR>(wk + n * p.row_bytes, p.row_bytes, nblocks, X + k0, p.K, res + (n - n0), ld_res, k0 > 0);
     for (; n < n1; ++n)
       fused_tile<Dec, MR, 1>(wk + n * p.row_bytes, p.row_bytes, nblocks, X + k0, p.K, res + (n - n0), ld_res, k0 > 0);
-  }
-}
-
-// Runtime row count -> compile-time MR.
-template <class Dec>
-void fused_rows_any(int rows, const uint8_t* w, const uqr_gemm_params& p, const float* X, int64_t n0,
-                    int64_t n1, float* res, int64_t ld_res) {
-  switch (rows) {
-    case 1: fused_rows<Dec, 1>(w, p, X, n0, n1, res, ld_res); break;
-    case 2: fused_rows<Dec, 2>(w, p, X, n0, n1, res, ld_res); break;
-    case 3: fused_rows<Dec, 3>(w, p, X, n0, n1, res, ld_res); break;
-    case 4: fused_rows<Dec, 4>(w, p, X, n0, n1, res, ld_res); break;
-    case 5: fused_rows<Dec, 5>(w, p, X, n0, n1, res, ld_res); break;
-    case 6: fused_rows<Dec, 6>(w, p, X, n0, n1, res, ld_res); break;
-    case 7: fused_rows<Dec, 7>(w, p, X, n0, n1, res, ld_res); break;
-    default: fused_rows<Dec, 8>(w, p, X, n0, n1, res, ld_res); break;
   }
 }
 
@@ -146,7 +117,7 @@ template <int MR>
 void ternary_rows(const uint8_t* w, const uqr_gemm_params& p, const float* X, int64_t n0, int64_t n1,
                   float* res, int64_t ld_res) {
   constexpr int NR = weight_rows_per_tile<MR>();
-  const int64_t chunk = fused_k_chunk<MR>(p.K);
+  const int64_t chunk = fused_k_chunk<MR>(p.K, sizeof(float));
   for (int64_t k0 = 0; k0 < p.K; k0 += chunk) {
     const int64_t nblocks = std::min(chunk, p.K - k0) / UQR_TERNARY_BLOCK;
     const uint8_t* wk = w + (k0 / UQR_TERNARY_BLOCK) * UQR_TERNARY_BYTES;
@@ -158,52 +129,21 @@ void ternary_rows(const uint8_t* w, const uqr_gemm_params& p, const float* X, in
   }
 }
 
-void ternary_rows_any(int rows, const uint8_t* w, const uqr_gemm_params& p, const float* X, int64_t n0,
-                      int64_t n1, float* res, int64_t ld_res) {
-  switch (rows) {
-    case 1: ternary_rows<1>(w, p, X, n0, n1, res, ld_res); break;
-    case 2: ternary_rows<2>(w, p, X, n0, n1, res, ld_res); break;
-    case 3: ternary_rows<3>(w, p, X, n0, n1, res, ld_res); break;
-    case 4: ternary_rows<4>(w, p, X, n0, n1, res, ld_res); break;
-    case 5: ternary_rows<5>(w, p, X, n0, n1, res, ld_res); break;
-    case 6: ternary_rows<6>(w, p, X, n0, n1, res, ld_res); break;
-    case 7: ternary_rows<7>(w, p, X, n0, n1, res, ld_res); break;
-    default: ternary_rows<8>(w, p, X, n0, n1, res, ld_res); break;
-  }
-}
-
-// Shared driver: parallel over weight rows; inside each unit, all R rows in passes of
-// kFusedMaxRows, results collected in a small tile and stored through the output strides.
-template <class RowsFn>
-void fused_driver(const uqr_gemm_params& p, const float* X, int64_t R, const OutputWriter& out, RowsFn rows_fn) {
-  at::parallel_for(0, p.N, kFusedGrainRows, [&](int64_t begin, int64_t end) {
-    float tile[kFusedMaxRows * kFusedGrainRows];
-    for (int64_t n0 = begin; n0 < end; n0 += kFusedGrainRows) {
-      const int64_t n1 = std::min(end, n0 + kFusedGrainRows);
-      for (int64_t r0 = 0; r0 < R; r0 += kFusedMaxRows) {
-        const int rows = static_cast<int>(std::min<int64_t>(kFusedMaxRows, R - r0));
-        rows_fn(rows, X + r0 * p.K, n0, n1, tile, kFusedGrainRows);
-        for (int m = 0; m < rows; ++m) out.store(r0 + m, n0, n1 - n0, tile + m * kFusedGrainRows);
-      }
-    }
-  });
-}
-
 }  // namespace
 
 void gemm_fused(const uint8_t* w, const uqr_gemm_params& p, const float* X, int64_t R, const OutputWriter& out) {
   with_decoder(p.fmt, p.group_size, [&](auto tag) {
     using Dec = typename decltype(tag)::type;
-    fused_driver(p, X, R, out, [&](int rows, const float* Xr, int64_t n0, int64_t n1, float* res, int64_t ld) {
-      fused_rows_any<Dec>(rows, w, p, Xr, n0, n1, res, ld);
+    fused_driver(p, R, out, [&](int rows, int64_t r0, int64_t n0, int64_t n1, float* res, int64_t ld) {
+      with_rows(rows, [&](auto mr) { fused_rows<Dec, decltype(mr)::value>(w, p, X + r0 * p.K, n0, n1, res, ld); });
     });
   });
 }
 
 void gemm_ternary_vec(const uint8_t* w, const uqr_gemm_params& p, const float* X, int64_t R,
                       const OutputWriter& out) {
-  fused_driver(p, X, R, out, [&](int rows, const float* Xr, int64_t n0, int64_t n1, float* res, int64_t ld) {
-    ternary_rows_any(rows, w, p, Xr, n0, n1, res, ld);
+  fused_driver(p, R, out, [&](int rows, int64_t r0, int64_t n0, int64_t n1, float* res, int64_t ld) {
+    with_rows(rows, [&](auto mr) { ternary_rows<decltype(mr)::value>(w, p, X + r0 * p.K, n0, n1, res, ld); });
   });
 }
 

@@ -7,8 +7,11 @@
 // Rows of the activation matrix are numbered r = b*M + m over the whole (batch, M) range.
 #pragma once
 #include <ATen/ATen.h>
+#include <ATen/Parallel.h>
 
+#include <algorithm>
 #include <cstdint>
+#include <type_traits>
 
 #include "uqr/params.h"
 
@@ -19,6 +22,7 @@ constexpr int kFusedMaxRows = 8;            // rows per fused pass (accumulators
 constexpr int64_t kFusedXBytes = 24 << 10;  // activation rows kept in L1 per K chunk (L1d = 48 KiB)
 constexpr int64_t kPanelRows = 64;          // decoded weight rows per thread (1 MiB at K=4096)
 constexpr int64_t kFusedGrainRows = 64;     // weight rows per parallel work unit, fused path
+constexpr int64_t kHalfPanelRows = 1024;    // weight rows decoded per library GEMM, half path
 
 // Writes float results into y through the output strides, converting to y's dtype.
 class OutputWriter {
@@ -26,8 +30,15 @@ class OutputWriter {
   OutputWriter(const at::Tensor& y, const uqr_gemm_params& p);
   // y(r, n0 .. n0+count) = src[0 .. count)
   void store(int64_t r, int64_t n0, int64_t count, const float* src) const;
+  // The same from values already in y's dtype (the half library path): copies, no rounding.
+  void store(int64_t r, int64_t n0, int64_t count, const c10::Half* src) const;
+  void store(int64_t r, int64_t n0, int64_t count, const c10::BFloat16* src) const;
 
  private:
+  // f(offset into y, offset into src, run length) for each contiguous run of y(r, n0 .. n0+count).
+  template <class F>
+  void for_runs(int64_t r, int64_t n0, int64_t count, F&& f) const;
+
   void* base_;
   at::ScalarType dtype_;
   const uqr_gemm_params& p_;
@@ -46,8 +57,65 @@ void gemm_ternary_vec(const uint8_t* w, const uqr_gemm_params& p, const float* X
 // Packs rows [0, R) of x as fp32 column blocks xp[mb][k][16] (zero rows past R); xp holds
 // ceil(R/16)*16*K floats.
 void pack_x(const at::Tensor& x, const uqr_gemm_params& p, int64_t R, float* xp);
+// x as an [R, K] matrix with unit column stride: a view of x when its rows have one stride,
+// otherwise a copy gathered through the head strides (gemm_half.cpp).
+at::Tensor x_matrix(const at::Tensor& x, const uqr_gemm_params& p, int64_t R);
+
+// ---- shared by the small-M kernels ----
+// Weight rows per tile for MR activation rows: enough independent accumulator chains at M = 1, 2.
+template <int MR>
+constexpr int weight_rows_per_tile() {
+  return MR == 1 ? 4 : MR == 2 ? 2 : 1;
+}
+
+// Runtime row count (1 .. kFusedMaxRows) -> f(std::integral_constant<int, MR>{}).
+template <class F>
+inline void with_rows(int rows, F&& f) {
+  switch (rows) {
+    case 1: f(std::integral_constant<int, 1>{}); break;
+    case 2: f(std::integral_constant<int, 2>{}); break;
+    case 3: f(std::integral_constant<int, 3>{}); break;
+    case 4: f(std::integral_constant<int, 4>{}); break;
+    case 5: f(std::integral_constant<int, 5>{}); break;
+    case 6: f(std::integral_constant<int, 6>{}); break;
+    case 7: f(std::integral_constant<int, 7>{}); break;
+    default: f(std::integral_constant<int, 8>{}); break;
+  }
+}
+
+// K elements per pass so that MR activation rows of `elem_bytes` each stay in L1 (kFusedXBytes)
+// while every weight row of the work unit streams past them; a multiple of 256, which every block
+// size divides.
+template <int MR>
+int64_t fused_k_chunk(int64_t K, int64_t elem_bytes) {
+  const int64_t fit = kFusedXBytes / (elem_bytes * MR) / 256 * 256;
+  return std::min<int64_t>(K, std::max<int64_t>(256, fit));
+}
+
+// Parallel over weight rows; inside each unit, all R rows in passes of kFusedMaxRows:
+// rows_fn(rows, r0, n0, n1, tile, ld) fills tile[m * ld + (n - n0)] for m < rows, which is then
+// stored through the output strides.
+template <class RowsFn>
+void fused_driver(const uqr_gemm_params& p, int64_t R, const OutputWriter& out, RowsFn rows_fn) {
+  at::parallel_for(0, p.N, kFusedGrainRows, [&](int64_t begin, int64_t end) {
+    float tile[kFusedMaxRows * kFusedGrainRows];
+    for (int64_t n0 = begin; n0 < end; n0 += kFusedGrainRows) {
+      const int64_t n1 = std::min(end, n0 + kFusedGrainRows);
+      for (int64_t r0 = 0; r0 < R; r0 += kFusedMaxRows) {
+        const int rows = static_cast<int>(std::min<int64_t>(kFusedMaxRows, R - r0));
+        rows_fn(rows, r0, n0, n1, tile, kFusedGrainRows);
+        for (int m = 0; m < rows; ++m) out.store(r0 + m, n0, n1 - n0, tile + m * kFusedGrainRows);
+      }
+    }
+  });
+}
+
 // Panel path over the packed activations.
 void gemm_panels(const uint8_t* w, const uqr_gemm_params& p, const float* xp, int64_t R,
                  const OutputWriter& out);
+// Half activations (bf16/fp16), larger M: weights decoded into x's dtype, multiplied by ATen's mm
+// (oneDNN; AMX for bf16), results stored into y (y has x's dtype).
+void gemm_half_library(const uint8_t* w, const uqr_gemm_params& p, const at::Tensor& x, int64_t R,
+                       const at::Tensor& y, const OutputWriter& out);
 
 }  // namespace uqr::cpu
