@@ -12,6 +12,7 @@
 #include <algorithm>
 
 #include "block_decode.h"
+#include "fused_driver.h"
 #include "kernels.h"
 
 namespace uqr::cpu {
@@ -172,38 +173,21 @@ void ternary_rows_any(int rows, const uint8_t* w, const uqr_gemm_params& p, cons
   }
 }
 
-// Shared driver: parallel over weight rows; inside each unit, all R rows in passes of
-// kFusedMaxRows, results collected in a small tile and stored through the output strides.
-template <class RowsFn>
-void fused_driver(const uqr_gemm_params& p, const float* X, int64_t R, const OutputWriter& out, RowsFn rows_fn) {
-  at::parallel_for(0, p.N, kFusedGrainRows, [&](int64_t begin, int64_t end) {
-    float tile[kFusedMaxRows * kFusedGrainRows];
-    for (int64_t n0 = begin; n0 < end; n0 += kFusedGrainRows) {
-      const int64_t n1 = std::min(end, n0 + kFusedGrainRows);
-      for (int64_t r0 = 0; r0 < R; r0 += kFusedMaxRows) {
-        const int rows = static_cast<int>(std::min<int64_t>(kFusedMaxRows, R - r0));
-        rows_fn(rows, X + r0 * p.K, n0, n1, tile, kFusedGrainRows);
-        for (int m = 0; m < rows; ++m) out.store(r0 + m, n0, n1 - n0, tile + m * kFusedGrainRows);
-      }
-    }
-  });
-}
-
 }  // namespace
 
 void gemm_fused(const uint8_t* w, const uqr_gemm_params& p, const float* X, int64_t R, const OutputWriter& out) {
   with_decoder(p.fmt, p.group_size, [&](auto tag) {
     using Dec = typename decltype(tag)::type;
-    fused_driver(p, X, R, out, [&](int rows, const float* Xr, int64_t n0, int64_t n1, float* res, int64_t ld) {
-      fused_rows_any<Dec>(rows, w, p, Xr, n0, n1, res, ld);
+    fused_driver(p.N, R, out, [&](int rows, int64_t r0, int64_t n0, int64_t n1, float* res, int64_t ld) {
+      fused_rows_any<Dec>(rows, w, p, X + r0 * p.K, n0, n1, res, ld);
     });
   });
 }
 
 void gemm_ternary_vec(const uint8_t* w, const uqr_gemm_params& p, const float* X, int64_t R,
                       const OutputWriter& out) {
-  fused_driver(p, X, R, out, [&](int rows, const float* Xr, int64_t n0, int64_t n1, float* res, int64_t ld) {
-    ternary_rows_any(rows, w, p, Xr, n0, n1, res, ld);
+  fused_driver(p.N, R, out, [&](int rows, int64_t r0, int64_t n0, int64_t n1, float* res, int64_t ld) {
+    ternary_rows_any(rows, w, p, X + r0 * p.K, n0, n1, res, ld);
   });
 }
 
