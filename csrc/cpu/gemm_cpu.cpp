@@ -73,6 +73,12 @@ at::Tensor gemm(const at::Tensor& x, const at::Tensor& w, c10::string_view fmt, 
   const uint8_t* wp = w.const_data_ptr<uint8_t>();
   const OutputWriter out(y, p);
 
+  if (plan.path == GemmPath::kInt8) {
+    std::vector<float> X(static_cast<size_t>(R * p.K));
+    stage_rows(plan.x_used, p, 0, R, X.data());
+    gemm_int8(wp, p, X.data(), R, out);
+    return y;
+  }
   if (use_fused(plan, R)) {
     std::vector<float> X(static_cast<size_t>(R * p.K));
     stage_rows(plan.x_used, p, 0, R, X.data());
