@@ -6,7 +6,7 @@ same run, "dequantize + torch.matmul" (the reference decoder then a dense matmul
 matmul alone (weights already float32). Between repetitions the packed weights rotate through
 enough copies to exceed the last-level cache, so every call reads its weights from memory, as the
 seed's benchmark flushes its cache. On CPU, formats with path "int8" (``ops.INT8_FORMATS``) get a
-second row at M <= ``INT8_MAX_M`` beside "auto": its error column is ~1e-3 by design (x is rounded
+second row at M <= ``INT8_MAX_M`` beside "auto": its error column is a few 1e-3 by design (x is rounded
 to int8 per 32 elements), not a kernel defect. ``--device cuda`` hands over to ``torch_uqr.bench_cuda``.
 """
 from __future__ import annotations
@@ -233,7 +233,7 @@ def main(argv: Optional[list[str]] = None) -> int:
           f"LLC={llc_bytes() >> 20} MiB (weights rotated through {rows[0].weight_copies if rows else 0} copies)")
     print(format_table(rows))
     if any(r.path == "int8" for r in rows):
-        print("path int8 rounds x to int8 (one scale per 32 elements): its max rel err of ~1e-3 is expected")
+        print("path int8 rounds x to int8 (one scale per 32 elements): its max rel err of a few 1e-3 is expected")
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"device": str(device), "threads": torch.get_num_threads(), "rows": [asdict(r) for r in rows]},

@@ -80,7 +80,7 @@ def gemm(x: torch.Tensor, qt: Any, out_heads: Optional[int] = None, in_heads: bo
         path: "auto" (default), "mma" (decode then matrix multiply), "vec" (ternary only:
             add/subtract, no multiply per weight) or "int8" (CPU, q4_0 / q4_k only: x rounded to
             int8 with one fp32 scale per 32 elements, then integer dot products; faster at small
-            M, ~1e-3 relative error from the activation rounding).
+            M, a few 1e-3 relative error from the activation rounding).
         backend: None (x's device) or "metal-emu" (the Metal shaders run by the CPU emulator).
 
     Returns:

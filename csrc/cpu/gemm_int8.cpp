@@ -4,7 +4,7 @@
 // Why: the fp32 fused kernel widens every nibble to a float lane (permutes and broadcasts on
 // port 5, ~9-12 cycles per 32-weight block measured); one vpdpbusd consumes 32 nibbles against
 // 32 int8 activations after just a mask and a shift. The price is the activation rounding:
-// ~1e-3 relative error instead of fp32 accumulation error, hence opt-in.
+// a few 1e-3 relative error instead of fp32 accumulation error, hence opt-in.
 //
 // Integer identities used (x_s8 = round(x / dx), sx = sum of the block's x_s8):
 //   q4_0: sum_j d (q_j - 8) x_j  ~  d dx (dot(q, x_s8) - 8 sx)
@@ -39,6 +39,9 @@ struct QRows {
   std::vector<float> d;
   std::vector<int32_t> s;
   std::vector<float> ds;  // d * s: the block's sum of x as the codes give it (q4_k's min term)
+  int64_t np = 0;             // q4_0 with VNNI: block pairs per row (pair_up_q4_0)
+  std::vector<int32_t> pinit;
+  std::vector<float> pdx;
 };
 
 void quantize_block(const float* x, int8_t* q, float& d_out, int32_t& s_out) {
@@ -93,7 +96,9 @@ struct QView {
   const float* d;
   const int32_t* s;
   const float* ds;
-  int64_t ldq, ldb;
+  const int32_t* pinit;
+  const float* pdx;
+  int64_t ldq, ldb, ldp;
 };
 
 #if UQR_CPU_VNNI
@@ -104,30 +109,72 @@ inline float hsum8(__m256 v) {
 #endif
 
 // ---- q4_0 ----------------------------------------------------------------------------------
+#if UQR_CPU_VNNI
+// Two q4_0 blocks b, b+1 are one pass: their 2 x 16 code bytes load as one 32-byte vector, whose
+// low nibbles are elements 0-15 of both blocks and high nibbles elements 16-31 — with no lane
+// shuffle (port 5) if x is stored to match: per pair [b 0-15 | b+1 0-15 | b 16-31 | b+1 16-31].
+// Per pair also: the dot's starting lanes (-2 sx each, four lanes per block: the -8 sx term) and
+// dx per lane. An odd last block stays in plain order.
+void pair_up_q4_0(QRows& xq, int64_t R) {
+  xq.np = xq.nb / 2;
+  xq.pinit.resize(static_cast<size_t>(R * xq.np * 8));
+  xq.pdx.resize(static_cast<size_t>(R * xq.np * 8));
+  at::parallel_for(0, R * xq.np, 1024, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) {
+      const int64_t r = i / xq.np, pb = i % xq.np, b = r * xq.nb + 2 * pb;
+      int8_t* q = xq.q.data() + r * xq.K + pb * 64;
+      int8_t tmp[64];
+      std::memcpy(tmp, q, 64);
+      std::memcpy(q + 16, tmp + 32, 16);
+      std::memcpy(q + 32, tmp + 16, 16);
+      for (int l = 0; l < 8; ++l) {
+        xq.pinit[i * 8 + l] = -2 * xq.s[b + l / 4];
+        xq.pdx[i * 8 + l] = xq.d[b + l / 4];
+      }
+    }
+  });
+}
+#endif
+
 template <int MR, int NR>
 void q4_0_tile(const uint8_t* w, int64_t row_bytes, int64_t nblocks, const QView& x, float* res, int64_t ld) {
 #if UQR_CPU_VNNI
   __m256 acc[NR][MR];
   for (int r = 0; r < NR; ++r)
     for (int m = 0; m < MR; ++m) acc[r][m] = _mm256_setzero_ps();
-  const __m128i m4 = _mm_set1_epi8(0x0F);
-  for (int64_t b = 0; b < nblocks; ++b) {
+  const __m256i m4 = _mm256_set1_epi8(0x0F);
+  for (int64_t pb = 0; pb < nblocks / 2; ++pb) {
 #pragma GCC unroll 4
+    for (int r = 0; r < NR; ++r) {
+      const uint8_t* blk = w + r * row_bytes + 2 * pb * UQR_Q4_0_BYTES;
+      const __m256i raw = _mm256_loadu2_m128i(reinterpret_cast<const __m128i*>(blk + UQR_Q4_0_BYTES + 2),
+                                              reinterpret_cast<const __m128i*>(blk + 2));
+      const __m256i lo = _mm256_and_si256(raw, m4), hi = _mm256_and_si256(_mm256_srli_epi16(raw, 4), m4);
+      const __m256 dw = _mm256_set_m128(_mm_set1_ps(load_half(blk + UQR_Q4_0_BYTES)), _mm_set1_ps(load_half(blk)));
+#pragma GCC unroll 8
+      for (int m = 0; m < MR; ++m) {
+        const int8_t* xq = x.q + m * x.ldq + pb * 64;
+        const int64_t pi = (m * x.ldp + pb) * 8;
+        __m256i dot = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.pinit + pi));
+        dot = _mm256_dpbusd_epi32(dot, lo, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq)));
+        dot = _mm256_dpbusd_epi32(dot, hi, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq + 32)));
+        acc[r][m] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_mul_ps(dw, _mm256_loadu_ps(x.pdx + pi)), acc[r][m]);
+      }
+    }
+  }
+  if (nblocks % 2) {
+    const int64_t b = nblocks - 1;
+    const __m128i m4x = _mm_set1_epi8(0x0F);
     for (int r = 0; r < NR; ++r) {
       const uint8_t* blk = w + r * row_bytes + b * UQR_Q4_0_BYTES;
       const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 2));
-      // Element j is the low nibble of byte j, element j + 16 the high one: one 32-byte vector
-      // in element order, so x's codes are read as stored.
-      const __m256i q = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(raw, 4), m4), _mm_and_si128(raw, m4));
-      const __m256 dw = _mm256_set1_ps(load_half(blk));
-#pragma GCC unroll 8
+      const __m256i q = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(raw, 4), m4x), _mm_and_si128(raw, m4x));
       for (int m = 0; m < MR; ++m) {
-        // Each of the 8 int32 lanes starts at -sx, so the lanes' total carries the -8 sx term.
-        const __m256i init = _mm256_set1_epi32(-x.s[m * x.ldb + b]);
+        // Each of the 8 lanes starts at -sx: the lanes' total carries the -8 sx term.
         const __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.q + m * x.ldq + b * 32));
-        const __m256i dot = _mm256_dpbusd_epi32(init, q, xv);
-        const __m256 scale = _mm256_mul_ps(dw, _mm256_set1_ps(x.d[m * x.ldb + b]));
-        acc[r][m] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), scale, acc[r][m]);
+        const __m256i dot = _mm256_dpbusd_epi32(_mm256_set1_epi32(-x.s[m * x.ldb + b]), q, xv);
+        acc[r][m] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_set1_ps(load_half(blk) * x.d[m * x.ldb + b]),
+                                    acc[r][m]);
       }
     }
   }
@@ -191,7 +238,7 @@ void q4_k_tile(const uint8_t* w, int64_t row_bytes, int64_t nblocks, const QView
 #pragma GCC unroll 8
       for (int m = 0; m < MR; ++m) {
         const int64_t xb = m * x.ldb + b * 8;
-        sx[m] = _mm512_castps256_ps512(_mm256_mul_ps(s, _mm256_loadu_ps(x.d + xb)));
+        sx[m] = _mm512_zextps256_ps512(_mm256_mul_ps(s, _mm256_loadu_ps(x.d + xb)));
         mins[r][m] = _mm256_fmadd_ps(mv, _mm256_loadu_ps(x.ds + xb), mins[r][m]);
       }
 #pragma GCC unroll 4
@@ -200,7 +247,7 @@ void q4_k_tile(const uint8_t* w, int64_t row_bytes, int64_t nblocks, const QView
         // order, so [low | high] lines up with x's 64 codes of the two sub-blocks as stored.
         const __m256i raw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 16 + 32 * c));
         const __m512i q = _mm512_and_si512(
-            _mm512_inserti64x4(_mm512_castsi256_si512(raw), _mm256_srli_epi16(raw, 4), 1), m4);
+            _mm512_inserti64x4(_mm512_zextsi256_si512(raw), _mm256_srli_epi16(raw, 4), 1), m4);
 #pragma GCC unroll 8
         for (int m = 0; m < MR; ++m) {
           const __m512i xv = _mm512_loadu_si512(x.q + m * x.ldq + b * 256 + 64 * c);
@@ -275,11 +322,15 @@ void int8_rows_any(int rows, const uint8_t* w, const uqr_gemm_params& p, const Q
 }  // namespace
 
 void gemm_int8(const uint8_t* w, const uqr_gemm_params& p, const float* X, int64_t R, const OutputWriter& out) {
-  const QRows xq = quantize_rows(X, R, p.K);
   const bool kquant = p.fmt == UQR_Q4_K;
+  QRows xq = quantize_rows(X, R, p.K);
+#if UQR_CPU_VNNI
+  if (!kquant) pair_up_q4_0(xq, R);
+#endif
   fused_driver(p.N, R, out, [&](int rows, int64_t r0, int64_t n0, int64_t n1, float* res, int64_t ld) {
     const QView x{xq.q.data() + r0 * xq.K, xq.d.data() + r0 * xq.nb, xq.s.data() + r0 * xq.nb,
-                  xq.ds.data() + r0 * xq.nb, xq.K, xq.nb};
+                  xq.ds.data() + r0 * xq.nb, xq.pinit.data() + r0 * xq.np * 8, xq.pdx.data() + r0 * xq.np * 8,
+                  xq.K, xq.nb, xq.np};
     if (kquant) int8_rows_any<true>(rows, w, p, x, n0, n1, res, ld);
     else int8_rows_any<false>(rows, w, p, x, n0, n1, res, ld);
   });
