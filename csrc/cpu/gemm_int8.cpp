@@ -147,6 +147,10 @@ void q4_0_tile(const uint8_t* w, int64_t row_bytes, int64_t nblocks, const QView
 #pragma GCC unroll 4
     for (int r = 0; r < NR; ++r) {
       const uint8_t* blk = w + r * row_bytes + 2 * pb * UQR_Q4_0_BYTES;
+      // The next tile's row, same position: a whole row ahead, which the hardware prefetcher
+      // does not run (measured ~0.95 -> ~0.8 ms at M = 1 with weights from DRAM). Past the end
+      // of w this only misses: prefetches do not fault.
+      _mm_prefetch(reinterpret_cast<const char*>(blk + NR * row_bytes), _MM_HINT_T0);
       const __m256i raw = _mm256_loadu2_m128i(reinterpret_cast<const __m128i*>(blk + UQR_Q4_0_BYTES + 2),
                                               reinterpret_cast<const __m128i*>(blk + 2));
       const __m256i lo = _mm256_and_si256(raw, m4), hi = _mm256_and_si256(_mm256_srli_epi16(raw, 4), m4);
@@ -228,6 +232,8 @@ void q4_k_tile(const uint8_t* w, int64_t row_bytes, int64_t nblocks, const QView
   for (int64_t b = 0; b < nblocks; ++b) {
     for (int r = 0; r < NR; ++r) {
       const uint8_t* blk = w + r * row_bytes + b * UQR_Q4_K_BYTES;
+      for (int o = 0; o < UQR_Q4_K_BYTES; o += 64)  // as for q4_0: the next tile's row
+        _mm_prefetch(reinterpret_cast<const char*>(blk + NR * row_bytes + o), _MM_HINT_T0);
       uint64_t sc, mn;
       q4_k_scales_mins(blk + 4, sc, mn);
       const __m256 s = _mm256_mul_ps(_mm256_set1_ps(load_half(blk)),
