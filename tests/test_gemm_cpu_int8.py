@@ -127,9 +127,10 @@ def test_int8_fake_kernel():
                           test_utils=("test_schema", "test_faketensor", "test_aot_dispatch_static"))
 
 
-@pytest.mark.parametrize("K_odd", [32, 96])
+@pytest.mark.parametrize("K_odd", [32, 96, 2144])
 def test_int8_q4_0_odd_block_count(K_odd):
     # The kernel takes q4_0 blocks in pairs; an odd count leaves one for the single-block step.
+    # 2144 at M = 9: several L1-sized K passes (1024 at 8 rows), the odd block in the last one.
     qt, W = weights("q4_0", None, N_ODD, K_odd)
     for M in (1, 9):
         x = randn(M, K_odd)

@@ -137,7 +137,8 @@ void pair_up_q4_0(QRows& xq, int64_t R) {
 #endif
 
 template <int MR, int NR>
-void q4_0_tile(const uint8_t* w, int64_t row_bytes, int64_t nblocks, const QView& x, float* res, int64_t ld) {
+void q4_0_tile(const uint8_t* w, int64_t row_bytes, int64_t nblocks, const QView& x, float* res, int64_t ld,
+               bool acc0) {
 #if UQR_CPU_VNNI
   __m256 acc[NR][MR];
   for (int r = 0; r < NR; ++r)
@@ -183,7 +184,7 @@ void q4_0_tile(const uint8_t* w, int64_t row_bytes, int64_t nblocks, const QView
     }
   }
   for (int r = 0; r < NR; ++r)
-    for (int m = 0; m < MR; ++m) res[m * ld + r] = hsum8(acc[r][m]);
+    for (int m = 0; m < MR; ++m) res[m * ld + r] = (acc0 ? res[m * ld + r] : 0.f) + hsum8(acc[r][m]);
 #else
   for (int r = 0; r < NR; ++r)
     for (int m = 0; m < MR; ++m) {
@@ -195,7 +196,7 @@ void q4_0_tile(const uint8_t* w, int64_t row_bytes, int64_t nblocks, const QView
         for (int j = 0; j < 16; ++j) dot += (blk[2 + j] & 15) * xb[j] + (blk[2 + j] >> 4) * xb[j + 16];
         acc += static_cast<float>(dot) * (load_half(blk) * x.d[m * x.ldb + b]);
       }
-      res[m * ld + r] = acc;
+      res[m * ld + r] = (acc0 ? res[m * ld + r] : 0.f) + acc;
     }
 #endif
 }
@@ -215,7 +216,8 @@ inline void q4_k_scales_mins(const uint8_t* s12, uint64_t& sc, uint64_t& mn) {
 }
 
 template <int MR, int NR>
-void q4_k_tile(const uint8_t* w, int64_t row_bytes, int64_t nblocks, const QView& x, float* res, int64_t ld) {
+void q4_k_tile(const uint8_t* w, int64_t row_bytes, int64_t nblocks, const QView& x, float* res, int64_t ld,
+               bool acc0) {
 #if UQR_CPU_VNNI
   // acc: the scaled dots, 16 lanes; mins: the dmin m_j dx sx terms, one lane per sub-block.
   __m512 acc[NR][MR];
@@ -264,7 +266,7 @@ void q4_k_tile(const uint8_t* w, int64_t row_bytes, int64_t nblocks, const QView
     }
   }
   for (int r = 0; r < NR; ++r)
-    for (int m = 0; m < MR; ++m) res[m * ld + r] = _mm512_reduce_add_ps(acc[r][m]) - hsum8(mins[r][m]);
+    for (int m = 0; m < MR; ++m) res[m * ld + r] = (acc0 ? res[m * ld + r] : 0.f) + (_mm512_reduce_add_ps(acc[r][m]) - hsum8(mins[r][m]));
 #else
   for (int r = 0; r < NR; ++r)
     for (int m = 0; m < MR; ++m) {
@@ -284,7 +286,7 @@ void q4_k_tile(const uint8_t* w, int64_t row_bytes, int64_t nblocks, const QView
           mins += dmin * static_cast<float>((mn >> (8 * j)) & 63) * x.ds[xj];
         }
       }
-      res[m * ld + r] = acc - mins;
+      res[m * ld + r] = (acc0 ? res[m * ld + r] : 0.f) + (acc - mins);
     }
 #endif
 }
@@ -295,19 +297,38 @@ constexpr int weight_rows_per_tile() {
   return MR == 1 ? 4 : MR == 2 ? 2 : 1;
 }
 
+// K elements per pass so that MR quantized rows (~2.5 bytes per element with their per-block
+// terms) stay in L1 while the work unit's weight rows stream past; a multiple of 256, so a pass
+// holds whole q4_k super-blocks and whole q4_0 block pairs.
+template <int MR>
+int64_t int8_k_chunk(int64_t K) {
+  const int64_t fit = kFusedXBytes / (3 * MR) / 256 * 256;
+  return std::min<int64_t>(K, std::max<int64_t>(256, fit));
+}
+
 template <int MR, bool KQuant>
 void int8_rows(const uint8_t* w, const uqr_gemm_params& p, const QView& x, int64_t n0, int64_t n1, float* res,
                int64_t ld) {
   constexpr int NR = weight_rows_per_tile<MR>();
-  const int64_t nblocks = KQuant ? p.K / UQR_Q4_K_BLOCK : p.K / UQR_Q4_0_BLOCK;
-  auto tile = [&](auto nr, int64_t n) {
-    constexpr int R = decltype(nr)::value;
-    if constexpr (KQuant) q4_k_tile<MR, R>(w + n * p.row_bytes, p.row_bytes, nblocks, x, res + (n - n0), ld);
-    else q4_0_tile<MR, R>(w + n * p.row_bytes, p.row_bytes, nblocks, x, res + (n - n0), ld);
-  };
-  int64_t n = n0;
-  for (; n + NR <= n1; n += NR) tile(std::integral_constant<int, NR>{}, n);
-  for (; n < n1; ++n) tile(std::integral_constant<int, 1>{}, n);
+  constexpr int64_t kElems = KQuant ? UQR_Q4_K_BLOCK : UQR_Q4_0_BLOCK;
+  constexpr int64_t kBytes = KQuant ? UQR_Q4_K_BYTES : UQR_Q4_0_BYTES;
+  const int64_t chunk = int8_k_chunk<MR>(p.K);
+  for (int64_t k0 = 0; k0 < p.K; k0 += chunk) {
+    const int64_t nblocks = std::min(chunk, p.K - k0) / kElems;
+    const uint8_t* wk = w + (k0 / kElems) * kBytes;
+    const int64_t xb = k0 / kQBlock, xp = k0 / (2 * kQBlock) * 8;
+    const QView xc{x.q + k0, x.d + xb, x.s + xb, x.ds + xb, x.pinit ? x.pinit + xp : nullptr,
+                   x.pdx ? x.pdx + xp : nullptr, x.ldq, x.ldb, x.ldp};
+    auto tile = [&](auto nr, int64_t n) {
+      constexpr int R = decltype(nr)::value;
+      float* out = res + (n - n0);
+      if constexpr (KQuant) q4_k_tile<MR, R>(wk + n * p.row_bytes, p.row_bytes, nblocks, xc, out, ld, k0 > 0);
+      else q4_0_tile<MR, R>(wk + n * p.row_bytes, p.row_bytes, nblocks, xc, out, ld, k0 > 0);
+    };
+    int64_t n = n0;
+    for (; n + NR <= n1; n += NR) tile(std::integral_constant<int, NR>{}, n);
+    for (; n < n1; ++n) tile(std::integral_constant<int, 1>{}, n);
+  }
 }
 
 template <bool KQuant>
