@@ -77,7 +77,7 @@ def test_path_and_format_arguments(q4):
         raw(randn(2, 256), q4.data, path="vec")
     with pytest.raises(ValueError, match="path: expected one of"):
         uqr.gemm(randn(2, 256), q4, path="fast")
-    with pytest.raises(RuntimeError, match="path: expected 'auto', 'mma' or 'vec'"):
+    with pytest.raises(RuntimeError, match="path: expected 'auto', 'mma', 'vec' or 'int8'"):
         raw(randn(2, 256), q4.data, path="fast")
     with pytest.raises(RuntimeError, match="fmt: unknown format 'q5_0'"):
         raw(randn(2, 256), q4.data, fmt="q5_0")

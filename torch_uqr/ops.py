@@ -20,7 +20,9 @@ __all__ = ["gemm", "FORMATS", "PATHS", "op_available"]
 SCHEMA = ("uqr::gemm(Tensor x, Tensor w, str fmt, int N, int K, int group_size, int out_heads, "
           "bool in_heads, str path) -> Tensor")
 FORMATS = ("q4_0", "q4_1", "q8_0", "q4_k", "mlx4", "var_affine", "exl3", "ternary")
-PATHS = ("auto", "mma", "vec")
+PATHS = ("auto", "mma", "vec", "int8")
+# Formats that path "int8" (int8 activations, integer dot products; CPU only) handles.
+INT8_FORMATS = ("q4_0", "q4_k")
 ACTIVATION_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 BACKENDS = (None, "metal-emu")
 
@@ -75,8 +77,10 @@ def gemm(x: torch.Tensor, qt: Any, out_heads: Optional[int] = None, in_heads: bo
         qt: the packed weight, logical shape ``(N, K)``, on the same device as x.
         out_heads: None/0 for ``y: [..., M, N]``; H to get ``y: [..., H, M, N/H]`` written directly.
         in_heads: read x as head-strided (see above).
-        path: "auto" (default), "mma" (decode then matrix multiply) or "vec" (ternary only:
-            add/subtract, no multiply per weight).
+        path: "auto" (default), "mma" (decode then matrix multiply), "vec" (ternary only:
+            add/subtract, no multiply per weight) or "int8" (CPU, q4_0 / q4_k only: x rounded to
+            int8 with one fp32 scale per 32 elements, then integer dot products; faster at small
+            M, a few 1e-3 relative error from the activation rounding).
         backend: None (x's device) or "metal-emu" (the Metal shaders run by the CPU emulator).
 
     Returns:
@@ -103,9 +107,15 @@ def gemm(x: torch.Tensor, qt: Any, out_heads: Optional[int] = None, in_heads: bo
         raise ValueError(f"path: expected one of {PATHS}, got {path!r}")
     if path == "vec" and qt.fmt != "ternary":
         raise ValueError(f"path='vec' (add/subtract) exists only for fmt='ternary', not {qt.fmt!r}")
+    if path == "int8" and qt.fmt not in INT8_FORMATS:
+        raise ValueError(f"path='int8' (int8 activations) supports fmt {' and '.join(map(repr, INT8_FORMATS))}, "
+                         f"not {qt.fmt!r}")
     group_size = int(qt.group_size) if qt.fmt == "mlx4" else 0
     if backend not in BACKENDS:
         raise ValueError(f"backend: expected None or 'metal-emu', got {backend!r}")
+    if path == "int8" and (backend is not None or x.device.type != "cpu"):
+        where = backend if backend is not None else x.device.type
+        raise ValueError(f"path='int8' exists only for CPU tensors with backend=None, not on {where!r}")
     if backend == "metal-emu":
         from . import metal_emu
         return metal_emu.gemm(x, w, qt.fmt, N, K, group_size, heads, in_heads, path)

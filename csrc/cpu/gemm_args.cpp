@@ -97,9 +97,13 @@ GemmPlan plan_gemm(const at::Tensor& x_in, const at::Tensor& w, c10::string_view
   if (path == "auto") gp = GemmPath::kAuto;
   else if (path == "mma") gp = GemmPath::kMma;
   else if (path == "vec") gp = GemmPath::kVec;
-  else TORCH_CHECK(false, "uqr::gemm: path: expected 'auto', 'mma' or 'vec', got '", std::string(path), "'");
+  else if (path == "int8") gp = GemmPath::kInt8;
+  else TORCH_CHECK(false, "uqr::gemm: path: expected 'auto', 'mma', 'vec' or 'int8', got '", std::string(path), "'");
   TORCH_CHECK(gp != GemmPath::kVec || fmt == UQR_TERNARY,
               "uqr::gemm: path='vec' (add/subtract) exists only for fmt='ternary', not '",
+              std::string(fmt_name), "'");
+  TORCH_CHECK(gp != GemmPath::kInt8 || fmt == UQR_Q4_0 || fmt == UQR_Q4_K,
+              "uqr::gemm: path='int8' (int8 activations) supports fmt 'q4_0' and 'q4_k', not '",
               std::string(fmt_name), "'");
 
   const int64_t rank = x_in.dim();

@@ -105,9 +105,18 @@ at::Tensor gemm(const at::Tensor& x, const at::Tensor& w, c10::string_view fmt, 
   const uint8_t* wp = w.const_data_ptr<uint8_t>();
   const OutputWriter out(y, p);
 
-  if (use_fused(plan, R)) {
+  // The small-M kernels take all R rows of x as fp32 [R, K].
+  auto staged = [&] {
     std::vector<float> X(static_cast<size_t>(R * p.K));
     stage_rows(plan.x_used, p, 0, R, X.data());
+    return X;
+  };
+  if (plan.path == GemmPath::kInt8) {
+    gemm_int8(wp, p, staged().data(), R, out);
+    return y;
+  }
+  if (use_fused(plan, R)) {
+    const std::vector<float> X = staged();
     const bool vec = p.fmt == UQR_TERNARY &&
                      (plan.path == GemmPath::kVec || (plan.path == GemmPath::kAuto && kTernaryAutoVec));
     if (vec) gemm_ternary_vec(wp, p, X.data(), R, out);

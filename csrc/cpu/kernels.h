@@ -2,6 +2,7 @@
 //   gemm_cpu.cpp     the op: plan (gemm_args), stage x as fp32 rows, pick a path, allocate y;
 //   gemm_fused.cpp   small M: decode + dot fused per weight row, reading only the packed bytes;
 //                    also the ternary add/subtract ("vec") kernel;
+//   gemm_int8.cpp    path "int8": int8 activations, integer dot products (q4_0, q4_k);
 //   gemm_panel.cpp   large M: each thread decodes a panel of weight rows once and multiplies it
 //                    against all of M with a register-tiled GEMM microkernel.
 // Rows of the activation matrix are numbered r = b*M + m over the whole (batch, M) range.
@@ -54,6 +55,8 @@ void gemm_fused(const uint8_t* w, const uqr_gemm_params& p, const float* X, int6
 // Ternary add/subtract path: no multiply per weight, one multiply by d per block and row.
 void gemm_ternary_vec(const uint8_t* w, const uqr_gemm_params& p, const float* X, int64_t R,
                       const OutputWriter& out);
+// Path "int8" (gemm_int8.cpp): x rows quantized to int8 per 32 elements, integer dot products.
+void gemm_int8(const uint8_t* w, const uqr_gemm_params& p, const float* X, int64_t R, const OutputWriter& out);
 // Packs rows [0, R) of x as fp32 column blocks xp[mb][k][16] (zero rows past R); xp holds
 // ceil(R/16)*16*K floats.
 void pack_x(const at::Tensor& x, const uqr_gemm_params& p, int64_t R, float* xp);

@@ -69,6 +69,8 @@ def prepare(x: torch.Tensor, w: torch.Tensor, fmt: str, N: int, K: int, group_si
         raise ValueError(f"metal-emu runs on CPU tensors; x is on {x.device}, w on {w.device}")
     if fmt not in FORMAT_IDS:
         raise ValueError(f"fmt: expected one of {list(FORMAT_IDS)}, got {fmt!r}")
+    if path == "int8":
+        raise ValueError("path='int8' (int8 activations) is a CPU-kernel path; the Metal shaders do not have it")
     if path not in PATHS:
         raise ValueError(f"path: expected one of {list(PATHS)}, got {path!r}")
     block, block_bytes = format_layout(fmt, group_size if fmt == "mlx4" else None)

@@ -11,7 +11,7 @@
 
 namespace uqr {
 
-enum class GemmPath { kAuto, kMma, kVec };
+enum class GemmPath { kAuto, kMma, kVec, kInt8 };
 
 struct GemmPlan {
   uqr_gemm_params p;            // strides of x_used and of a fresh contiguous y of out_shape

@@ -1,0 +1,352 @@
+// Path "int8": activations quantized to int8 (one fp32 scale per 32 elements), weights' 4-bit
+// codes multiplied in with integer dot products (u8 x s8 -> int32, AVX-512 VNNI's vpdpbusd).
+//
+// Why: the fp32 fused kernel widens every nibble to a float lane (permutes and broadcasts on
+// port 5, ~9-12 cycles per 32-weight block measured); one vpdpbusd consumes 32 nibbles against
+// 32 int8 activations after just a mask and a shift. The price is the activation rounding:
+// a few 1e-3 relative error instead of fp32 accumulation error, hence opt-in.
+//
+// Integer identities used (x_s8 = round(x / dx), sx = sum of the block's x_s8):
+//   q4_0: sum_j d (q_j - 8) x_j  ~  d dx (dot(q, x_s8) - 8 sx)
+//   q4_k: sub-block j of a super-block: d sc_j dx dot(q, x_s8) - dmin m_j dx sx
+#include <ATen/Parallel.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "cpu_simd.h"
+#include "kernels.h"
+#include "uqr/formats.h"
+
+#if defined(__AVX512VNNI__) && defined(__AVX512VL__) && UQR_CPU_AVX512
+#define UQR_CPU_VNNI 1
+#else
+#define UQR_CPU_VNNI 0
+#endif
+
+namespace uqr::cpu {
+namespace {
+
+constexpr int kQBlock = 32;
+
+// Activation rows in int8: q[R][K], per 32-element block d (scale) and s (sum of the int8 codes).
+struct QRows {
+  int64_t K = 0, nb = 0;
+  std::vector<int8_t> q;
+  std::vector<float> d;
+  std::vector<int32_t> s;
+  std::vector<float> ds;  // d * s: the block's sum of x as the codes give it (q4_k's min term)
+  int64_t np = 0;             // q4_0 with VNNI: block pairs per row (pair_up_q4_0)
+  std::vector<int32_t> pinit;
+  std::vector<float> pdx;
+};
+
+void quantize_block(const float* x, int8_t* q, float& d_out, int32_t& s_out) {
+#if UQR_CPU_AVX512
+  const __m512 a = _mm512_loadu_ps(x), b = _mm512_loadu_ps(x + 16);
+  const float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(a), _mm512_abs_ps(b)));
+#else
+  float amax = 0.f;
+  for (int i = 0; i < kQBlock; ++i) amax = std::max(amax, std::fabs(x[i]));
+#endif
+  const float d = amax / 127.f;
+  const float id = d != 0.f ? 1.f / d : 0.f;
+  d_out = d;
+#if UQR_CPU_AVX512
+  // cvtps rounds with MXCSR's default mode, nearest-even: the same as std::nearbyint below.
+  const __m512i qa = _mm512_cvtps_epi32(_mm512_mul_ps(a, _mm512_set1_ps(id)));
+  const __m512i qb = _mm512_cvtps_epi32(_mm512_mul_ps(b, _mm512_set1_ps(id)));
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(q), _mm512_cvtsepi32_epi8(qa));
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(q + 16), _mm512_cvtsepi32_epi8(qb));
+  s_out = _mm512_reduce_add_epi32(_mm512_add_epi32(qa, qb));
+#else
+  int32_t s = 0;
+  for (int i = 0; i < kQBlock; ++i) {
+    const int v = static_cast<int>(std::nearbyint(x[i] * id));
+    q[i] = static_cast<int8_t>(std::clamp(v, -128, 127));
+    s += q[i];
+  }
+  s_out = s;
+#endif
+}
+
+QRows quantize_rows(const float* X, int64_t R, int64_t K) {
+  QRows xq;
+  xq.K = K;
+  xq.nb = K / kQBlock;
+  xq.q.resize(static_cast<size_t>(R * K));
+  xq.d.resize(static_cast<size_t>(R * xq.nb));
+  xq.s.resize(static_cast<size_t>(R * xq.nb));
+  xq.ds.resize(static_cast<size_t>(R * xq.nb));
+  at::parallel_for(0, R * xq.nb, 1024, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) {
+      quantize_block(X + i * kQBlock, xq.q.data() + i * kQBlock, xq.d[i], xq.s[i]);
+      xq.ds[i] = xq.d[i] * static_cast<float>(xq.s[i]);
+    }
+  });
+  return xq;
+}
+
+// A tile's view of MR quantized rows from block kb on: row m's codes at q + m * ldq.
+struct QView {
+  const int8_t* q;
+  const float* d;
+  const int32_t* s;
+  const float* ds;
+  const int32_t* pinit;
+  const float* pdx;
+  int64_t ldq, ldb, ldp;
+};
+
+#if UQR_CPU_VNNI
+inline float hsum8(__m256 v) {
+  const __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  return _mm_cvtss_f32(_mm_add_ss(_mm_hadd_ps(s, s), _mm_movehdup_ps(_mm_hadd_ps(s, s))));
+}
+#endif
+
+// ---- q4_0 ----------------------------------------------------------------------------------
+#if UQR_CPU_VNNI
+// Two q4_0 blocks b, b+1 are one pass: their 2 x 16 code bytes load as one 32-byte vector, whose
+// low nibbles are elements 0-15 of both blocks and high nibbles elements 16-31 — with no lane
+// shuffle (port 5) if x is stored to match: per pair [b 0-15 | b+1 0-15 | b 16-31 | b+1 16-31].
+// Per pair also: the dot's starting lanes (-2 sx each, four lanes per block: the -8 sx term) and
+// dx per lane. An odd last block stays in plain order.
+void pair_up_q4_0(QRows& xq, int64_t R) {
+  xq.np = xq.nb / 2;
+  xq.pinit.resize(static_cast<size_t>(R * xq.np * 8));
+  xq.pdx.resize(static_cast<size_t>(R * xq.np * 8));
+  at::parallel_for(0, R * xq.np, 1024, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) {
+      const int64_t r = i / xq.np, pb = i % xq.np, b = r * xq.nb + 2 * pb;
+      int8_t* q = xq.q.data() + r * xq.K + pb * 64;
+      int8_t tmp[64];
+      std::memcpy(tmp, q, 64);
+      std::memcpy(q + 16, tmp + 32, 16);
+      std::memcpy(q + 32, tmp + 16, 16);
+      for (int l = 0; l < 8; ++l) {
+        xq.pinit[i * 8 + l] = -2 * xq.s[b + l / 4];
+        xq.pdx[i * 8 + l] = xq.d[b + l / 4];
+      }
+    }
+  });
+}
+#endif
+
+template <int MR, int NR>
+void q4_0_tile(const uint8_t* w, int64_t row_bytes, int64_t nblocks, const QView& x, float* res, int64_t ld,
+               bool acc0) {
+#if UQR_CPU_VNNI
+  __m256 acc[NR][MR];
+  for (int r = 0; r < NR; ++r)
+    for (int m = 0; m < MR; ++m) acc[r][m] = _mm256_setzero_ps();
+  const __m256i m4 = _mm256_set1_epi8(0x0F);
+  for (int64_t pb = 0; pb < nblocks / 2; ++pb) {
+#pragma GCC unroll 4
+    for (int r = 0; r < NR; ++r) {
+      const uint8_t* blk = w + r * row_bytes + 2 * pb * UQR_Q4_0_BYTES;
+      // The next tile's row, same position: a whole row ahead, which the hardware prefetcher
+      // does not run (measured ~0.95 -> ~0.8 ms at M = 1 with weights from DRAM). Past the end
+      // of w this only misses: prefetches do not fault.
+      _mm_prefetch(reinterpret_cast<const char*>(blk + NR * row_bytes), _MM_HINT_T0);
+      const __m256i raw = _mm256_loadu2_m128i(reinterpret_cast<const __m128i*>(blk + UQR_Q4_0_BYTES + 2),
+                                              reinterpret_cast<const __m128i*>(blk + 2));
+      const __m256i lo = _mm256_and_si256(raw, m4), hi = _mm256_and_si256(_mm256_srli_epi16(raw, 4), m4);
+      const __m256 dw = _mm256_set_m128(_mm_set1_ps(load_half(blk + UQR_Q4_0_BYTES)), _mm_set1_ps(load_half(blk)));
+#pragma GCC unroll 8
+      for (int m = 0; m < MR; ++m) {
+        const int8_t* xq = x.q + m * x.ldq + pb * 64;
+        const int64_t pi = (m * x.ldp + pb) * 8;
+        __m256i dot = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.pinit + pi));
+        dot = _mm256_dpbusd_epi32(dot, lo, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq)));
+        dot = _mm256_dpbusd_epi32(dot, hi, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq + 32)));
+        acc[r][m] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_mul_ps(dw, _mm256_loadu_ps(x.pdx + pi)), acc[r][m]);
+      }
+    }
+  }
+  if (nblocks % 2) {
+    const int64_t b = nblocks - 1;
+    const __m128i m4x = _mm_set1_epi8(0x0F);
+    for (int r = 0; r < NR; ++r) {
+      const uint8_t* blk = w + r * row_bytes + b * UQR_Q4_0_BYTES;
+      const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 2));
+      const __m256i q = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(raw, 4), m4x), _mm_and_si128(raw, m4x));
+      for (int m = 0; m < MR; ++m) {
+        // Each of the 8 lanes starts at -sx: the lanes' total carries the -8 sx term.
+        const __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.q + m * x.ldq + b * 32));
+        const __m256i dot = _mm256_dpbusd_epi32(_mm256_set1_epi32(-x.s[m * x.ldb + b]), q, xv);
+        acc[r][m] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_set1_ps(load_half(blk) * x.d[m * x.ldb + b]),
+                                    acc[r][m]);
+      }
+    }
+  }
+  for (int r = 0; r < NR; ++r)
+    for (int m = 0; m < MR; ++m) res[m * ld + r] = (acc0 ? res[m * ld + r] : 0.f) + hsum8(acc[r][m]);
+#else
+  for (int r = 0; r < NR; ++r)
+    for (int m = 0; m < MR; ++m) {
+      float acc = 0.f;
+      for (int64_t b = 0; b < nblocks; ++b) {
+        const uint8_t* blk = w + r * row_bytes + b * UQR_Q4_0_BYTES;
+        const int8_t* xb = x.q + m * x.ldq + b * 32;
+        int32_t dot = -8 * x.s[m * x.ldb + b];
+        for (int j = 0; j < 16; ++j) dot += (blk[2 + j] & 15) * xb[j] + (blk[2 + j] >> 4) * xb[j + 16];
+        acc += static_cast<float>(dot) * (load_half(blk) * x.d[m * x.ldb + b]);
+      }
+      res[m * ld + r] = (acc0 ? res[m * ld + r] : 0.f) + acc;
+    }
+#endif
+}
+
+// ---- q4_k ----------------------------------------------------------------------------------
+// The 12 scale bytes as three little-endian words give all eight 6-bit scales and mins with a
+// few masks and shifts (the layout of uqr_q4_k_scale_min, four sub-blocks per word at once).
+inline void q4_k_scales_mins(const uint8_t* s12, uint64_t& sc, uint64_t& mn) {
+  uint32_t a, b, c;
+  std::memcpy(&a, s12, 4);
+  std::memcpy(&b, s12 + 4, 4);
+  std::memcpy(&c, s12 + 8, 4);
+  const uint32_t sc_hi = (c & 0x0F0F0F0Fu) | ((a >> 2) & 0x30303030u);
+  const uint32_t mn_hi = ((c >> 4) & 0x0F0F0F0Fu) | ((b >> 2) & 0x30303030u);
+  sc = (a & 0x3F3F3F3Fu) | (static_cast<uint64_t>(sc_hi) << 32);
+  mn = (b & 0x3F3F3F3Fu) | (static_cast<uint64_t>(mn_hi) << 32);
+}
+
+template <int MR, int NR>
+void q4_k_tile(const uint8_t* w, int64_t row_bytes, int64_t nblocks, const QView& x, float* res, int64_t ld,
+               bool acc0) {
+#if UQR_CPU_VNNI
+  // acc: the scaled dots, 16 lanes; mins: the dmin m_j dx sx terms, one lane per sub-block.
+  __m512 acc[NR][MR];
+  __m256 mins[NR][MR];
+  for (int r = 0; r < NR; ++r)
+    for (int m = 0; m < MR; ++m) acc[r][m] = _mm512_setzero_ps(), mins[r][m] = _mm256_setzero_ps();
+  const __m512i m4 = _mm512_set1_epi8(0x0F);
+  // Lanes 0-7 of a dot are sub-block 2c, lanes 8-15 sub-block 2c+1: their scales' indices.
+  const __m512i pick[4] = {
+      _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0),
+      _mm512_set_epi32(3, 3, 3, 3, 3, 3, 3, 3, 2, 2, 2, 2, 2, 2, 2, 2),
+      _mm512_set_epi32(5, 5, 5, 5, 5, 5, 5, 5, 4, 4, 4, 4, 4, 4, 4, 4),
+      _mm512_set_epi32(7, 7, 7, 7, 7, 7, 7, 7, 6, 6, 6, 6, 6, 6, 6, 6)};
+  for (int64_t b = 0; b < nblocks; ++b) {
+    for (int r = 0; r < NR; ++r) {
+      const uint8_t* blk = w + r * row_bytes + b * UQR_Q4_K_BYTES;
+      for (int o = 0; o < UQR_Q4_K_BYTES; o += 64)  // as for q4_0: the next tile's row
+        _mm_prefetch(reinterpret_cast<const char*>(blk + NR * row_bytes + o), _MM_HINT_T0);
+      uint64_t sc, mn;
+      q4_k_scales_mins(blk + 4, sc, mn);
+      const __m256 s = _mm256_mul_ps(_mm256_set1_ps(load_half(blk)),
+                                     _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128(static_cast<int64_t>(sc)))));
+      const __m256 mv = _mm256_mul_ps(_mm256_set1_ps(load_half(blk + 2)),
+                                      _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128(static_cast<int64_t>(mn)))));
+      __m512 sx[MR];
+#pragma GCC unroll 8
+      for (int m = 0; m < MR; ++m) {
+        const int64_t xb = m * x.ldb + b * 8;
+        sx[m] = _mm512_zextps256_ps512(_mm256_mul_ps(s, _mm256_loadu_ps(x.d + xb)));
+        mins[r][m] = _mm256_fmadd_ps(mv, _mm256_loadu_ps(x.ds + xb), mins[r][m]);
+      }
+#pragma GCC unroll 4
+      for (int c = 0; c < 4; ++c) {
+        // 32 bytes hold sub-block 2c (low nibbles) and 2c+1 (high nibbles), each in element
+        // order, so [low | high] lines up with x's 64 codes of the two sub-blocks as stored.
+        const __m256i raw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 16 + 32 * c));
+        const __m512i q = _mm512_and_si512(
+            _mm512_inserti64x4(_mm512_zextsi256_si512(raw), _mm256_srli_epi16(raw, 4), 1), m4);
+#pragma GCC unroll 8
+        for (int m = 0; m < MR; ++m) {
+          const __m512i xv = _mm512_loadu_si512(x.q + m * x.ldq + b * 256 + 64 * c);
+          const __m512i dot = _mm512_dpbusd_epi32(_mm512_setzero_si512(), q, xv);
+          acc[r][m] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), _mm512_permutexvar_ps(pick[c], sx[m]), acc[r][m]);
+        }
+      }
+    }
+  }
+  for (int r = 0; r < NR; ++r)
+    for (int m = 0; m < MR; ++m) res[m * ld + r] = (acc0 ? res[m * ld + r] : 0.f) + (_mm512_reduce_add_ps(acc[r][m]) - hsum8(mins[r][m]));
+#else
+  for (int r = 0; r < NR; ++r)
+    for (int m = 0; m < MR; ++m) {
+      float acc = 0.f, mins = 0.f;
+      for (int64_t b = 0; b < nblocks; ++b) {
+        const uint8_t* blk = w + r * row_bytes + b * UQR_Q4_K_BYTES;
+        uint64_t sc, mn;
+        q4_k_scales_mins(blk + 4, sc, mn);
+        const float d = load_half(blk), dmin = load_half(blk + 2);
+        for (int j = 0; j < 8; ++j) {
+          const uint8_t* qs = blk + 16 + 32 * (j >> 1);
+          const int8_t* xb = x.q + m * x.ldq + b * 256 + 32 * j;
+          int32_t dot = 0;
+          for (int i = 0; i < 32; ++i) dot += ((qs[i] >> ((j & 1) * 4)) & 15) * xb[i];
+          const int64_t xj = m * x.ldb + b * 8 + j;
+          acc += static_cast<float>(dot) * (d * static_cast<float>((sc >> (8 * j)) & 63) * x.d[xj]);
+          mins += dmin * static_cast<float>((mn >> (8 * j)) & 63) * x.ds[xj];
+        }
+      }
+      res[m * ld + r] = (acc0 ? res[m * ld + r] : 0.f) + (acc - mins);
+    }
+#endif
+}
+
+// ---- driver ------------------------------------------------------------------------------
+template <int MR>
+constexpr int weight_rows_per_tile() {
+  return MR == 1 ? 4 : MR == 2 ? 2 : 1;
+}
+
+// K elements per pass so that MR quantized rows (~2.5 bytes per element with their per-block
+// terms) stay in L1 while the work unit's weight rows stream past; a multiple of 256, so a pass
+// holds whole q4_k super-blocks and whole q4_0 block pairs.
+template <int MR>
+int64_t int8_k_chunk(int64_t K) {
+  const int64_t fit = kFusedXBytes / (3 * MR) / 256 * 256;
+  return std::min<int64_t>(K, std::max<int64_t>(256, fit));
+}
+
+template <int MR, bool KQuant>
+void int8_rows(const uint8_t* w, const uqr_gemm_params& p, const QView& x, int64_t n0, int64_t n1, float* res,
+               int64_t ld) {
+  constexpr int NR = weight_rows_per_tile<MR>();
+  constexpr int64_t kElems = KQuant ? UQR_Q4_K_BLOCK : UQR_Q4_0_BLOCK;
+  constexpr int64_t kBytes = KQuant ? UQR_Q4_K_BYTES : UQR_Q4_0_BYTES;
+  const int64_t chunk = int8_k_chunk<MR>(p.K);
+  for (int64_t k0 = 0; k0 < p.K; k0 += chunk) {
+    const int64_t nblocks = std::min(chunk, p.K - k0) / kElems;
+    const uint8_t* wk = w + (k0 / kElems) * kBytes;
+    const int64_t xb = k0 / kQBlock, xp = k0 / (2 * kQBlock) * 8;
+    const QView xc{x.q + k0, x.d + xb, x.s + xb, x.ds + xb, x.pinit ? x.pinit + xp : nullptr,
+                   x.pdx ? x.pdx + xp : nullptr, x.ldq, x.ldb, x.ldp};
+    auto tile = [&](auto nr, int64_t n) {
+      constexpr int R = decltype(nr)::value;
+      float* out = res + (n - n0);
+      if constexpr (KQuant) q4_k_tile<MR, R>(wk + n * p.row_bytes, p.row_bytes, nblocks, xc, out, ld, k0 > 0);
+      else q4_0_tile<MR, R>(wk + n * p.row_bytes, p.row_bytes, nblocks, xc, out, ld, k0 > 0);
+    };
+    int64_t n = n0;
+    for (; n + NR <= n1; n += NR) tile(std::integral_constant<int, NR>{}, n);
+    for (; n < n1; ++n) tile(std::integral_constant<int, 1>{}, n);
+  }
+}
+
+}  // namespace
+
+void gemm_int8(const uint8_t* w, const uqr_gemm_params& p, const float* X, int64_t R, const OutputWriter& out) {
+  const bool kquant = p.fmt == UQR_Q4_K;
+  QRows xq = quantize_rows(X, R, p.K);
+#if UQR_CPU_VNNI
+  if (!kquant) pair_up_q4_0(xq, R);
+#endif
+  fused_driver(p, R, out, [&](int rows, int64_t r0, int64_t n0, int64_t n1, float* res, int64_t ld) {
+    const QView x{xq.q.data() + r0 * xq.K, xq.d.data() + r0 * xq.nb, xq.s.data() + r0 * xq.nb,
+                  xq.ds.data() + r0 * xq.nb, xq.pinit.data() + r0 * xq.np * 8, xq.pdx.data() + r0 * xq.np * 8,
+                  xq.K, xq.nb, xq.np};
+    with_rows(rows, [&](auto mr) {
+      if (kquant) int8_rows<decltype(mr)::value, true>(w, p, x, n0, n1, res, ld);
+      else int8_rows<decltype(mr)::value, false>(w, p, x, n0, n1, res, ld);
+    });
+  });
+}
+
+}  // namespace uqr::cpu

@@ -1,0 +1,137 @@
+"""Path "int8" on CPU: x rounded to int8 (one fp32 scale per 32 elements), integer dot products.
+
+Two references: the float64 product of the SAME int8-rounded x (done here in torch, the rule of
+docs/operator.md: scale = amax / 127, codes = round-half-even(x / scale), all-zero block -> 0),
+which checks the kernel's integer math to fp32 accumulation error; and the plain float64
+product, which bounds what the activation rounding costs (INT8_VS_EXACT). Outputs are NaN-poisoned.
+"""
+from __future__ import annotations
+
+import pytest
+import torch
+
+import torch_uqr as uqr
+from gemm_helpers import SEED, assert_close, randn, reference, weights
+
+N_ODD = 70  # crosses the 4-row tiles and the 64-row work units
+K = 512     # two q4_k super-blocks, sixteen q4_0 blocks
+FORMATS = ["q4_0", "q4_k"]
+DTYPES = [torch.float32, torch.float16, torch.bfloat16]
+# Against the exact product the int8 rounding of x (half a step of amax/127 per element) gives
+# ~5e-3 of max |y| (measured, random weights); 2e-2 leaves room for unlucky draws and the
+# fp16/bf16 output rounding.
+INT8_VS_EXACT = 2e-2
+# Against the same-rounded x: fp32 accumulation only, or the rounding of y to fp16/bf16.
+SAME_X_TOL = {torch.float32: 1e-5, torch.float16: 2.0 ** -10, torch.bfloat16: 2.0 ** -8}
+
+
+@pytest.fixture(autouse=True)
+def poison(monkeypatch):
+    monkeypatch.setenv("UQR_POISON", "1")
+
+
+def rows_of(x: torch.Tensor, in_heads: bool) -> torch.Tensor:
+    """x as [..., M, K] rows (the order in which the op reads K)."""
+    if not in_heads:
+        return x
+    xt = x.transpose(-3, -2)
+    return xt.reshape(*xt.shape[:-2], -1)
+
+
+def int8_round(rows: torch.Tensor) -> torch.Tensor:
+    """The kernel's activation rounding, in fp32 arithmetic as the kernel does it, returned as
+    the float64 values the integer codes stand for (code * scale)."""
+    xf = rows.float()
+    blocks = xf.reshape(-1, 32)
+    d = blocks.abs().amax(dim=1, keepdim=True) / 127.0
+    inv = torch.where(d != 0, 1.0 / d, torch.zeros_like(d))
+    q = torch.round(blocks * inv)  # round half to even, as the kernel's conversion
+    return (q.double() * d.double()).reshape(xf.shape)
+
+
+def check(y: torch.Tensor, x: torch.Tensor, W: torch.Tensor, dtype, what: str, out_heads: int = 0,
+          in_heads: bool = False) -> None:
+    rows = rows_of(x, in_heads)
+    ref_same = reference(int8_round(rows), W, out_heads)
+    ref_exact = reference(rows, W, out_heads)
+    assert y.shape == ref_exact.shape and y.dtype == dtype, f"{what}: {y.shape} {y.dtype}"
+    assert bool(torch.isfinite(y).all()), f"{what}: non-finite output (unwritten element?) seed={SEED}"
+    scale = ref_exact.abs().max().item()
+    err_same = (y.double() - ref_same).abs().max().item() / scale
+    err_exact = (y.double() - ref_exact).abs().max().item() / scale
+    assert err_same < SAME_X_TOL[dtype], f"{what}: vs same-rounded x {err_same:.3g} (seed={SEED})"
+    assert err_exact < INT8_VS_EXACT, f"{what}: vs exact x {err_exact:.3g} (seed={SEED})"
+    if dtype == torch.float32:
+        # The tight check must tell int8 rounding from none: the two references differ by more.
+        gap = (ref_same - ref_exact).abs().max().item() / scale
+        assert gap > 10 * SAME_X_TOL[dtype], f"{what}: references too close to discriminate ({gap:.3g})"
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+@pytest.mark.parametrize("M", [1, 3, 8, 9])
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_int8_matches_same_rounding(fmt, M, dtype):
+    qt, W = weights(fmt, None, N_ODD, K)
+    x = randn(2, M, K, dtype=dtype)  # a batch dim too
+    check(uqr.gemm(x, qt, path="int8"), x, W, dtype, f"{fmt} M={M} {dtype}")
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_int8_zero_blocks_and_rows(fmt):
+    qt, W = weights(fmt, None, N_ODD, K)
+    x = randn(3, K) * 4.0
+    x[0, 32:64] = 0.0   # one all-zero block: scale 0, no division by zero
+    x[1] = 0.0          # a whole zero row: y exactly 0
+    x[2, :32] = 1e-3    # a tiny block next to large ones keeps its own scale
+    y = uqr.gemm(x, qt, path="int8")
+    check(y, x, W, torch.float32, f"{fmt} zero blocks")
+    assert bool((y[1] == 0).all())
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+@pytest.mark.parametrize("M", [1, 9])
+def test_int8_head_layouts(fmt, M):
+    qt, W = weights(fmt, None, N_ODD, K)
+    x = randn(2, 4, M, K // 4)  # [B, H, M, D], read head-strided
+    check(uqr.gemm(x, qt, in_heads=True, path="int8"), x, W, torch.float32, f"{fmt} in_heads", in_heads=True)
+    x2 = randn(2, M, K, dtype=torch.bfloat16)
+    check(uqr.gemm(x2, qt, out_heads=7, path="int8"), x2, W, torch.bfloat16, f"{fmt} out_heads", out_heads=7)
+
+
+def test_int8_auto_is_unchanged():
+    qt, W = weights("q4_0", None, N_ODD, K)
+    x = randn(2, K)
+    assert_close(uqr.gemm(x, qt), reference(x, W), torch.float32, "auto")  # fp32 accuracy, not int8's
+
+
+def test_int8_errors():
+    qt8, _ = weights("q8_0", None, 48, 256)
+    with pytest.raises(ValueError, match="path='int8' .*supports fmt 'q4_0' and 'q4_k', not 'q8_0'"):
+        uqr.gemm(randn(2, 256), qt8, path="int8")
+    with pytest.raises(RuntimeError, match="path='int8' .*supports fmt 'q4_0' and 'q4_k', not 'q8_0'"):
+        torch.ops.uqr.gemm(randn(2, 256), qt8.data, "q8_0", 48, 256, 0, 0, False, "int8")
+    q4, _ = weights("q4_0", None, 48, 256)
+    with pytest.raises(ValueError, match="path='int8' exists only for CPU tensors.*metal-emu"):
+        uqr.gemm(randn(2, 256), q4, path="int8", backend="metal-emu")
+    meta_q4 = uqr.QTensor(q4.data.to("meta"), "q4_0", (48, 256))
+    with pytest.raises(ValueError, match="path='int8' exists only for CPU tensors.*meta"):
+        uqr.gemm(torch.empty(2, 256, device="meta"), meta_q4, path="int8")
+    from torch_uqr import metal_emu
+    with pytest.raises(ValueError, match="path='int8'.*Metal shaders do not have it"):
+        metal_emu.gemm(randn(2, 256), q4.data, "q4_0", 48, 256, 0, 0, False, "int8")
+
+
+def test_int8_fake_kernel():
+    qt = weights("q4_k", None, 32, 256)[0]
+    torch.library.opcheck(torch.ops.uqr.gemm.default, (randn(3, 5, 256), qt.data, "q4_k", 32, 256, 0, 4, False, "int8"),
+                          test_utils=("test_schema", "test_faketensor", "test_aot_dispatch_static"))
+
+
+@pytest.mark.parametrize("K_odd", [32, 96, 2144])
+def test_int8_q4_0_odd_block_count(K_odd):
+    # The kernel takes q4_0 blocks in pairs; an odd count leaves one for the single-block step.
+    # 2144 at M = 9: several L1-sized K passes (1024 at 8 rows), the odd block in the last one.
+    qt, W = weights("q4_0", None, N_ODD, K_odd)
+    for M in (1, 9):
+        x = randn(M, K_odd)
+        check(uqr.gemm(x, qt, path="int8"), x, W, torch.float32, f"q4_0 K={K_odd} M={M}")
