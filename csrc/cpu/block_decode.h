@@ -11,6 +11,7 @@
 #pragma once
 #include "cpu_simd.h"
 #include "uqr/formats.h"
+#include "uqr/params.h"
 
 namespace uqr::cpu {
 
@@ -224,6 +225,22 @@ struct BlockDecoder<UQR_VAR_AFFINE, 0> : GenericDecoder<UQR_VAR_AFFINE, 0> {
     }
   }
 };
+
+// Weight rows [n0, n0 + rows) decoded into panel (row r at panel + r * ld), as T (float or half).
+template <class Dec, class T>
+inline void decode_rows(const uint8_t* w, const uqr_gemm_params& p, int64_t n0, int64_t rows, T* panel,
+                        int64_t ld) {
+  const int64_t nblocks = p.K / Dec::kElems;
+  for (int64_t r = 0; r < rows; ++r) {
+    const uint8_t* row = w + (n0 + r) * p.row_bytes;
+    T* dst = panel + r * ld;
+    for (int64_t b = 0; b < nblocks; ++b) {
+      vf v[Dec::kVecs];
+      Dec::decode(row + b * Dec::kBytes, v);
+      for (int i = 0; i < Dec::kVecs; ++i) vstore_as(dst + b * Dec::kElems + i * kLanes, v[i]);
+    }
+  }
+}
 
 template <class T>
 struct Tag {

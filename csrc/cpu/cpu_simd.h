@@ -77,16 +77,18 @@ void from_float(const float* src, float* dst, int64_t n);
 void from_float(const float* src, c10::Half* dst, int64_t n);
 void from_float(const float* src, c10::BFloat16* dst, int64_t n);
 
-// One vector of 16 floats -> 16 halves at dst, rounded to nearest even (decoded weights going
-// into a half panel; they are finite, so the bf16 rounding needs no NaN case).
-inline void vstore_half(c10::Half* dst, vf v) {
+// One vector of 16 floats -> 16 values of dst's type (halves rounded to nearest even; decoded
+// weights are finite, so the bf16 rounding needs no NaN case). The float overload lets one panel
+// decoder serve the fp32 and the half panels.
+inline void vstore_as(float* dst, vf v) { vstore(dst, v); }
+inline void vstore_as(c10::Half* dst, vf v) {
 #if UQR_CPU_AVX512
   _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst), _mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
 #else
   for (int i = 0; i < kLanes; ++i) dst[i] = static_cast<c10::Half>(v.f[i]);
 #endif
 }
-inline void vstore_half(c10::BFloat16* dst, vf v) {
+inline void vstore_as(c10::BFloat16* dst, vf v) {
 #if UQR_CPU_AVX512 && defined(__AVX512BF16__)
   _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst), (__m256i)_mm512_cvtneps_pbh(v));
 #elif UQR_CPU_AVX512

@@ -25,22 +25,6 @@
 namespace uqr::cpu {
 namespace {
 
-template <class Dec, class T>
-void decode_panel_half(const uint8_t* w, const uqr_gemm_params& p, int64_t n0, int64_t rows, T* panel) {
-  const int64_t nblocks = p.K / Dec::kElems;
-  at::parallel_for(0, rows, 16, [&](int64_t begin, int64_t end) {
-    for (int64_t r = begin; r < end; ++r) {
-      const uint8_t* row = w + (n0 + r) * p.row_bytes;
-      T* dst = panel + r * p.K;
-      for (int64_t b = 0; b < nblocks; ++b) {
-        vf v[Dec::kVecs];
-        Dec::decode(row + b * Dec::kBytes, v);
-        for (int i = 0; i < Dec::kVecs; ++i) vstore_half(dst + b * Dec::kElems + i * kLanes, v[i]);
-      }
-    }
-  });
-}
-
 template <class T>
 void run(const uint8_t* w, const uqr_gemm_params& p, const at::Tensor& x, int64_t R, const at::Tensor& y,
          const OutputWriter& out) {
@@ -55,7 +39,10 @@ void run(const uint8_t* w, const uqr_gemm_params& p, const at::Tensor& x, int64_
     using Dec = typename decltype(tag)::type;
     for (int64_t n0 = 0; n0 < p.N; n0 += prows) {
       const int64_t rows = std::min<int64_t>(prows, p.N - n0);
-      decode_panel_half<Dec>(w, p, n0, rows, panel.data_ptr<T>());
+      T* pp = panel.data_ptr<T>();
+      at::parallel_for(0, rows, 16, [&](int64_t begin, int64_t end) {
+        decode_rows<Dec>(w, p, n0 + begin, end - begin, pp + begin * p.K, p.K);
+      });
       const at::Tensor wt = panel.narrow(0, 0, rows).t();
       if (plain_y) {
         at::Tensor ys = y2.narrow(1, n0, rows);

@@ -31,21 +31,6 @@ constexpr int64_t kKChunk = 128;  // K per pass: x slice 32 x 128 fp32 = 16 KiB,
 // other sets.
 constexpr int64_t kPanelPad = 128;
 
-template <class Dec>
-void decode_panel(const uint8_t* w, const uqr_gemm_params& p, int64_t n0, int64_t rows, float* panel,
-                  int64_t ld) {
-  const int64_t nblocks = p.K / Dec::kElems;
-  for (int64_t r = 0; r < rows; ++r) {
-    const uint8_t* row = w + (n0 + r) * p.row_bytes;
-    float* dst = panel + r * ld;
-    for (int64_t b = 0; b < nblocks; ++b) {
-      vf v[Dec::kVecs];
-      Dec::decode(row + b * Dec::kBytes, v);
-      for (int i = 0; i < Dec::kVecs; ++i) vstore(dst + b * Dec::kElems + i * kLanes, v[i]);
-    }
-  }
-}
-
 // c[r][v*16 + i] (+)= sum_{k < kc} panel[r*ld + k] * xv[v][k*16 + i] for r < 8, v < NV; c has
 // row stride 32. `accumulate` continues the sums of a previous K chunk.
 template <int NV>
@@ -97,7 +82,7 @@ void gemm_panels(const uint8_t* w, const uqr_gemm_params& p, const float* xp, in
       float y_run[kPanelRows];
       for (int64_t pi = begin; pi < end; ++pi) {
         const int64_t n0 = pi * kPanelRows, rows = std::min<int64_t>(kPanelRows, p.N - n0);
-        decode_panel<Dec>(w, p, n0, rows, panel.data(), ld);
+        decode_rows<Dec>(w, p, n0, rows, panel.data(), ld);
         if (rows < kPanelRows) std::fill(panel.begin() + rows * ld, panel.end(), 0.f);
         const int64_t tiles = (rows + kTileRows - 1) / kTileRows;
         for (int64_t mb = 0; mb < m_blocks; mb += 2) {

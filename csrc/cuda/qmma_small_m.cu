@@ -442,30 +442,50 @@ cudaError_t allow_smem() {
   return attr;
 }
 
+// Resident CTAs per SM for 1, 2, 4, 8 K-splitting warps (each with its own ring size): depends
+// only on the instantiation, so it is asked once instead of on every call.
+static_assert(kMaxWarpsK == 8, "Residency holds 1, 2, 4, 8 warps");
+struct Residency {
+  cudaError_t err = cudaSuccess;
+  int per_sm[4] = {0, 0, 0, 0};
+};
+
+template <class F, typename T, int NT>
+const Residency& residency() {
+  static const Residency r = [] {
+    Residency out;
+    constexpr int sb = stage_blocks(F::kElems, F::kBytes) * F::kBytes;
+    if ((out.err = allow_smem<F, T, NT>()) != cudaSuccess) return out;
+    for (int i = 0, wk = 1; wk <= kMaxWarpsK; ++i, wk *= 2) {
+      const size_t ring = static_cast<size_t>(wk) * kStages * kRowsPerCta * sb;
+      out.err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&out.per_sm[i], qmma_small_m_kernel<F, T, NT>,
+                                                              wk * 32, ring);
+      if (out.err != cudaSuccess) break;
+    }
+    return out;
+  }();
+  return r;
+}
+
 template <class F, typename T, int NT>
 cudaError_t launch_nt(const QmmaArgs& a, int grid, cudaStream_t stream) {
   constexpr int kStageElems = stage_blocks(F::kElems, F::kBytes) * F::kElems;
   constexpr int sb = stage_blocks(F::kElems, F::kBytes) * F::kBytes;
-  auto kernel = qmma_small_m_kernel<F, T, NT>;
-  if (const cudaError_t e = allow_smem<F, T, NT>(); e != cudaSuccess) return e;
+  const Residency& res = residency<F, T, NT>();
+  if (res.err != cudaSuccess) return res.err;
   // Split K over as many warps as keep the whole grid resident in one wave (a second, mostly empty
   // wave cost ~2x in v9), with >= 2 stages per warp so the ring has something to overlap.
   const int n_stages = a.p.K / kStageElems;
   const int sms = sm_count();
   int warps_k = 1;
-  for (int wk = kMaxWarpsK; wk >= 1; wk /= 2) {
+  for (int i = 3, wk = kMaxWarpsK; wk >= 1; --i, wk /= 2) {
     if (wk > 1 && n_stages < 2 * wk) continue;
-    int per_sm = 0;
-    const size_t ring = static_cast<size_t>(wk) * kStages * kRowsPerCta * sb;
-    if (const cudaError_t e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, wk * 32, ring);
-        e != cudaSuccess)
-      return e;
     warps_k = wk;
-    if (static_cast<int64_t>(per_sm) * sms >= grid) break;
+    if (static_cast<int64_t>(res.per_sm[i]) * sms >= grid) break;
   }
   const size_t ring = static_cast<size_t>(warps_k) * kStages * kRowsPerCta * sb;
   const size_t red = static_cast<size_t>(warps_k - 1) * NT * 4 * 32 * sizeof(float);
-  kernel<<<grid, warps_k * 32, ring > red ? ring : red, stream>>>(a);
+  qmma_small_m_kernel<F, T, NT><<<grid, warps_k * 32, ring > red ? ring : red, stream>>>(a);
   return cudaGetLastError();
 }
 
