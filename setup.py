@@ -56,9 +56,10 @@ def cuda_build() -> bool:
 
 
 # Exact decode: no --use_fast_math (it would flush subnormal scales and relax the dot's rounding).
-NVCC_ARGS = ["-O3", "-std=c++17", "--threads", "2",
-             "-gencode", "arch=compute_80,code=sm_80",
-             "-gencode", "arch=compute_90a,code=sm_90a"]
+# UQR_CUDA_ARCHS (e.g. "90a") narrows the targets for a quicker build on one known GPU.
+CUDA_ARCHS = os.environ.get("UQR_CUDA_ARCHS", "80,90a").split(",")
+NVCC_ARGS = ["-O3", "-std=c++17", "--threads", "2"] + [
+    a for arch in CUDA_ARCHS for a in ("-gencode", f"arch=compute_{arch},code=sm_{arch}")]
 
 
 def extensions():

@@ -4,8 +4,8 @@
 //
 // Why tensor cores at M = 1: what limits a GEMV over 4-bit weights on a GPU is instruction issue
 // per weight, not FMAs (bench/NOTES.md: the byte-wise decoders of v8 were issue-bound). Here a
-// weight costs about one integer instruction: two codes become one bf16x2 register with a
-// byte-permute and a masked OR of the exponent 0x43 (the bf16 value 128 + q, exact), and the
+// weight costs about one integer instruction: two codes become one bf16x2 register with a shift
+// and one LOP3 (mask, then OR of the exponent 0x43: the bf16 value 128 + q, exact), and the
 // multiply-add happens in the MMA. The formats' scales are applied per 32-element sub-block in
 // fp32, after the MMA:
 //     sum_k w_k x_k = a * sum_k (B + q_k) x_k + (b - a B) * sum_k x_k      (w = a q + b, B = 128)
@@ -16,7 +16,7 @@
 // that are contiguous in its format's bytes and loads x at the same k positions (4 consecutive x
 // values = one 8-byte load per k-step): no shuffle of either operand.
 //
-// Work split: a CTA owns 16 weight rows (the MMA's M side) and 2-8 warps that split K; each
+// Work split: a CTA owns 16 weight rows (the MMA's M side) and 1-8 warps that split K; each
 // warp streams its 16 rows' bytes in stages of 256 (mlx4 g128: 512) elements through a private
 // cp.async ring, and the warps' partial sums meet in shared memory at the end.
 #include <cuda_bf16.h>
@@ -36,7 +36,7 @@ constexpr int kMaxWarpsK = 8;
 // Three stages: enough to overlap (each is 2.3-4.4 KB per warp) and small enough that a whole
 // 14336-row grid is resident at once (v9: with four, 896 CTAs needed 1.13 waves).
 constexpr int kStages = 3;
-constexpr int kRowsPerCta = 16;
+constexpr int kRows = 16;  // weight rows per CTA: the MMA's M side (v10: two tiles per warp measured slower)
 
 // Ring stage = the fewest whole blocks spanning >= 256 elements whose bytes are a multiple of 16
 // (so every cp.async source stays 16-byte aligned): q4_0 8 blocks = 144 B, q4_k 1 block = 144 B.
@@ -143,10 +143,14 @@ template <>
 struct Traits<UQR_Q4_0> {
   static constexpr int kElems = 32, kSubs = 1;
   static constexpr bool kOffset = false, kWideX = false;  // codes carry the -8 (minus_code)
+  static constexpr bool kWordScales = false;
   static constexpr int kBytes = UQR_Q4_0_BYTES;
   template <typename T>
-  __device__ static void codes(const uint8_t* blk, int, int c, uint32_t (&r)[4]) {
-    gguf_nibbles<T>(u32_at2(blk + 2 + 4 * c), r);
+  __device__ static void codes(const uint8_t* blk, int j, int, int c, uint32_t (&r)[4]) {
+    // Stage rows start 16-byte aligned, so odd blocks' codes (18 j + 2) are word-aligned: one
+    // 4-byte load instead of two 2-byte loads and a permute (j's parity is a compile-time constant
+    // in the unrolled loop).
+    gguf_nibbles<T>((j & 1) ? u32_at4(blk + 2 + 4 * c) : u32_at2(blk + 2 + 4 * c), r);
 #pragma unroll
     for (int i = 0; i < 4; ++i) r[i] = minus_code<T>(r[i], 8);
   }
@@ -156,10 +160,10 @@ struct Traits<UQR_Q4_0> {
 template <>
 struct Traits<UQR_Q4_1> {
   static constexpr int kElems = 32, kSubs = 1;
-  static constexpr bool kOffset = true, kWideX = false;
+  static constexpr bool kOffset = true, kWideX = false, kWordScales = false;
   static constexpr int kBytes = UQR_Q4_1_BYTES;
   template <typename T>
-  __device__ static void codes(const uint8_t* blk, int, int c, uint32_t (&r)[4]) {
+  __device__ static void codes(const uint8_t* blk, int, int, int c, uint32_t (&r)[4]) {
     gguf_nibbles<T>(u32_at4(blk + 4 + 4 * c), r);
   }
   __device__ static float2 scale(const uint8_t* blk, int) { return make_float2(half_at(blk), half_at(blk + 2)); }
@@ -168,7 +172,7 @@ struct Traits<UQR_Q4_1> {
 template <>
 struct Traits<UQR_Q8_0> {
   static constexpr int kElems = 32, kSubs = 1;
-  static constexpr bool kOffset = false, kWideX = false;
+  static constexpr bool kOffset = false, kWideX = false, kWordScales = false;
   static constexpr int kBytes = UQR_Q8_0_BYTES;
   template <typename T>
   __device__ static uint32_t pack2(uint32_t w, int i, int j) {
@@ -184,8 +188,10 @@ struct Traits<UQR_Q8_0> {
     }
   }
   template <typename T>
-  __device__ static void codes(const uint8_t* blk, int, int c, uint32_t (&r)[4]) {
-    const uint32_t w0 = u32_at2(blk + 2 + 4 * c), w1 = u32_at2(blk + 18 + 4 * c);
+  __device__ static void codes(const uint8_t* blk, int j, int, int c, uint32_t (&r)[4]) {
+    // Odd blocks (34 j + 2) are word-aligned, as for q4_0.
+    const uint32_t w0 = (j & 1) ? u32_at4(blk + 2 + 4 * c) : u32_at2(blk + 2 + 4 * c);
+    const uint32_t w1 = (j & 1) ? u32_at4(blk + 18 + 4 * c) : u32_at2(blk + 18 + 4 * c);
     r[0] = pack2<T>(w0, 0, 2);
     r[1] = pack2<T>(w0, 1, 3);
     r[2] = pack2<T>(w1, 0, 2);
@@ -197,10 +203,10 @@ struct Traits<UQR_Q8_0> {
 template <>
 struct Traits<UQR_Q4_K> {
   static constexpr int kElems = 256, kSubs = 8;
-  static constexpr bool kOffset = true, kWideX = false;
+  static constexpr bool kOffset = true, kWideX = false, kWordScales = true;
   static constexpr int kBytes = UQR_Q4_K_BYTES;
   template <typename T>
-  __device__ static void codes(const uint8_t* blk, int s, int c, uint32_t (&r)[4]) {
+  __device__ static void codes(const uint8_t* blk, int, int s, int c, uint32_t (&r)[4]) {
     // qs[32 (s/2) + i]: sub-block s's element i in the low (s even) or high (s odd) nibble.
     const uint8_t* qs = blk + 16 + 32 * (s >> 1);
     const int sh = (s & 1) * 4;
@@ -210,21 +216,33 @@ struct Traits<UQR_Q4_K> {
     r[2] = code_pair<T>(w1, sh);
     r[3] = code_pair<T>(w1, sh + 8);
   }
-  __device__ static float2 scale(const uint8_t* blk, int s) {
-    int sc, mn;
-    uqr_q4_k_scale_min(blk + 4, s, sc, mn);
-    return make_float2(half_at(blk) * static_cast<float>(sc), -half_at(blk + 2) * static_cast<float>(mn));
-  }
+  // Scales of sub-blocks js0 .. js0 + 3 of a stage row (js0 a multiple of 4: one half
+  // super-block): d, dmin and the 6-bit scale / min words are read once for the four, and each
+  // sub-block's pair is two byte extracts and two multiplies.
+  struct WordScales {
+    float d, dmin;
+    uint32_t sc, mn;
+    __device__ WordScales(const uint8_t* row, int js0) {
+      const uint8_t* blk = row + (js0 / kSubs) * kBytes;
+      const uint32_t dd = u32_at4(blk);
+      d = __half2float(__ushort_as_half(static_cast<unsigned short>(dd & 0xFFFFu)));
+      dmin = __half2float(__ushort_as_half(static_cast<unsigned short>(dd >> 16)));
+      uqr_q4_k_scale_min_words(u32_at4(blk + 4), u32_at4(blk + 8), u32_at4(blk + 12), (js0 % kSubs) >= 4, sc, mn);
+    }
+    __device__ float2 at(int u) const {  // u = sub-block - js0 + (js0 % 4)
+      return make_float2(d * static_cast<float>((sc >> (8 * u)) & 0xFFu), -dmin * static_cast<float>((mn >> (8 * u)) & 0xFFu));
+    }
+  };
 };
 
 // mlx4 with its group size as a template argument (32, 64, 128).
 template <int G>
 struct Mlx4 {
   static constexpr int kElems = G, kSubs = G / 32;
-  static constexpr bool kOffset = true, kWideX = true;
+  static constexpr bool kOffset = true, kWideX = true, kWordScales = false;
   static constexpr int kBytes = 4 + G / 2;
   template <typename T>
-  __device__ static void codes(const uint8_t* blk, int s, int c, uint32_t (&r)[4]) {
+  __device__ static void codes(const uint8_t* blk, int, int s, int c, uint32_t (&r)[4]) {
     // Byte i: element 2i (low nibble), 2i + 1 (high). Lane c takes bytes 16s + 4c..+3, i.e. the 8
     // consecutive elements 8c..8c+7 of the sub-block: bits 4e hold element e.
     const uint32_t w = u32_at4(blk + 4 + 16 * s + 4 * c);
@@ -240,9 +258,10 @@ template <>
 struct Traits<UQR_TERNARY> {
   static constexpr int kElems = 32, kSubs = 1;
   static constexpr bool kOffset = false, kWideX = false;  // codes carry the -1 (minus_code)
+  static constexpr bool kWordScales = false;
   static constexpr int kBytes = UQR_TERNARY_BYTES;
   template <typename T>
-  __device__ static void codes(const uint8_t* blk, int, int c, uint32_t (&r)[4]) {
+  __device__ static void codes(const uint8_t* blk, int, int, int c, uint32_t (&r)[4]) {
     // Code byte j: elements 4j..4j+3, 2 bits each. Lane c takes code bytes c (k-step 0) and 4 + c.
     // b | b << 12 puts element 0 at bit 0 and element 2 at bit 16 (1 and 3: two bits higher).
     const uint32_t b0 = blk[4 + c], b1 = blk[8 + c];
@@ -272,16 +291,47 @@ __device__ __forceinline__ T from_float(float v) {
   else return __float2half_rn(v);
 }
 
+// Scales of a stage row's sub-blocks from js0 on: at(u) = (a, b) of sub-block js0 + u (w = a q + b).
+// Formats with word-packed scales (q4_k) unpack them once per four sub-blocks (F::WordScales).
+template <class F>
+struct BlockScales {
+  const uint8_t* row;
+  int js0;
+  __device__ BlockScales(const uint8_t* r, int j) : row(r), js0(j) {}
+  __device__ float2 at(int u) const { return F::scale(row + ((js0 + u) / F::kSubs) * F::kBytes, (js0 + u) % F::kSubs); }
+};
+template <class F, bool kWord = F::kWordScales>
+struct ScalesOf {
+  using type = BlockScales<F>;
+};
+template <class F>
+struct ScalesOf<F, true> {
+  using type = typename F::WordScales;
+};
+
+// Sub-blocks unrolled per loop trip: 4 at one column tile, 2 at two (whose MMAs already give the
+// scheduler independent work; 4 would cost registers and so occupancy), except mlx4, whose wide x
+// loads want the longer unroll (v9 at 4: 29.8 us at M = 16, v10 at 2: 34.5).
+template <class F, int NT>
+__host__ __device__ constexpr int unroll_subs() { return NT == 1 || F::kWideX ? 4 : 2; }
+// Register cap per thread. 72 lets 7 CTAs of 4 warps share an SM, so a 14336-row grid (896 CTAs)
+// is resident at once with 4 K-splitting warps (mlx4 spills below 80). Two column tiles are left
+// uncapped: capped at 72 their x loads' L2 latency was exposed (v10: q4_0 M = 16 47.7 us vs 35).
+template <class F, int NT>
+__host__ __device__ constexpr int max_regs() {
+  return NT == 1 ? (F::kWideX ? 80 : 72) : 128;
+}
+
 template <class F, typename T, int NT>
-__global__ void __launch_bounds__(kMaxWarpsK * 32, NT == 1 ? (F::kWideX ? 3 : 4) : 2) qmma_small_m_kernel(const QmmaArgs a) {
+__global__ void __launch_bounds__(kMaxWarpsK * 32) __maxnreg__((max_regs<F, NT>())) qmma_small_m_kernel(const QmmaArgs a) {
   extern __shared__ __align__(16) unsigned char smem[];
   const uqr_gemm_params& p = a.p;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int g = lane >> 2, c = lane & 3;
-  const int row0 = blockIdx.x * kRowsPerCta;
+  const int row0 = blockIdx.x * kRows;
   constexpr int kStageBlocks = stage_blocks(F::kElems, F::kBytes);
   constexpr int sb = kStageBlocks * F::kBytes, kStageElems = kStageBlocks * F::kElems;
-  unsigned char* ring = smem + static_cast<size_t>(warp) * kStages * kRowsPerCta * sb;
+  unsigned char* ring = smem + static_cast<size_t>(warp) * kStages * kRows * sb;
 
   // This warp's stages: a contiguous share of K.
   const int n_stages = p.K / kStageElems;
@@ -289,26 +339,30 @@ __global__ void __launch_bounds__(kMaxWarpsK * 32, NT == 1 ? (F::kWideX ? 3 : 4)
   const int s0 = n_stages * warp / warps_k, s1 = n_stages * (warp + 1) / warps_k;
   const int n_mine = s1 - s0;
 
-  // Each lane copies the same (row, 16-byte column) pieces of every stage: their addresses are
-  // computed once here, so a stage costs one add per copy.
-  constexpr int kCopies = (kRowsPerCta * (sb / 16) + 31) / 32;
+  // The stage's bytes, row after row, land contiguously in the slot (row pitch = sb), so lane
+  // piece idx = lane + 32 u goes to slot + 16 idx: consecutive lanes copy consecutive 16-byte
+  // pieces (coalesced reads, conflict-free shared stores; v10's row-per-lane mapping measured
+  // slower), and only the global offsets need registers.
+  constexpr int kPieces = sb / 16, kAll = kRows * kPieces;
+  constexpr int kCopies = (kAll + 31) / 32;
   const uint8_t* cta_w = a.w + static_cast<int64_t>(row0) * a.w_row_stride + static_cast<int64_t>(s0) * sb;
-  uint32_t src[kCopies];  // offsets from cta_w (16 rows of one matrix: far below 4 GB)
-  int dst[kCopies];
+  uint32_t src[kCopies];  // offsets from cta_w (a few rows of one matrix: far below 4 GB)
 #pragma unroll
   for (int u = 0; u < kCopies; ++u) {
-    const int idx = lane + 32 * u, r = idx / (sb / 16), o = idx - r * (sb / 16);
+    const int idx = lane + 32 * u, r = idx / kPieces, o = idx - r * kPieces;
     const int row = min(row0 + r, p.N - 1);  // rows past N re-read the last row; never stored
     src[u] = static_cast<uint32_t>((row - row0) * a.w_row_stride + o * 16);
-    dst[u] = idx < kRowsPerCta * (sb / 16) ? r * sb + o * 16 : -1;
   }
+  int slot_in = 0;  // ring slot the next issue fills
   auto issue = [&](int i) {
     if (i < n_mine) {
-      unsigned char* slot = ring + (i % kStages) * kRowsPerCta * sb;
+      unsigned char* slot = ring + slot_in * kRows * sb + 16 * lane;
+      const uint8_t* stage = cta_w + static_cast<int64_t>(i) * sb;
 #pragma unroll
       for (int u = 0; u < kCopies; ++u)
-        if (dst[u] >= 0) cp_async16(slot + dst[u], cta_w + src[u] + static_cast<int64_t>(i) * sb);
+        if (kAll % 32 == 0 || u < kCopies - 1 || lane + 32 * u < kAll) cp_async16(slot + 512 * u, stage + src[u]);
     }
+    slot_in = slot_in == kStages - 1 ? 0 : slot_in + 1;
     cp_async_commit();  // empty groups keep wait_group's count uniform
   };
 
@@ -334,71 +388,85 @@ __global__ void __launch_bounds__(kMaxWarpsK * 32, NT == 1 ? (F::kWideX ? 3 : 4)
 #pragma unroll
   for (int s = 0; s < kStages - 1; ++s) issue(s);
 
+  constexpr int U = unroll_subs<F, NT>();
+  int slot_out = 0;  // ring slot this iteration reads
   for (int i = 0; i < n_mine; ++i) {
     issue(i + kStages - 1);
     cp_async_wait<kStages - 1>();
     __syncwarp();
-    const unsigned char* buf = ring + (i % kStages) * kRowsPerCta * sb;
+    const unsigned char* buf = ring + slot_out * kRows * sb;
+    slot_out = slot_out == kStages - 1 ? 0 : slot_out + 1;
     const int k_stage = (s0 + i) * kStageElems;
     // A stage lies inside one x head (x_head_dim is a multiple of the stage): one division here,
     // and every x load below is this lane's base plus a constant.
     const int64_t x_stage = (p.x_head_dim == p.K ? k_stage
         : static_cast<int64_t>(k_stage / p.x_head_dim) * p.x_head_stride + k_stage % p.x_head_dim) +
         (F::kWideX ? 8 : 4) * c;
+    // x of the current U sub-blocks, advanced by pointer so each load is pointer + immediate (an
+    // int index jb * 32 cost a 64-bit address computation per load in v10's SASS).
     const T* xst[NT];
 #pragma unroll
     for (int t = 0; t < NT; ++t) xst[t] = xrow[t] + x_stage;
-    // The stage's 32-element sub-blocks, 4 at a time: enough independent loads and MMAs in flight
+    // The stage's 32-element sub-blocks, U at a time: enough independent loads and MMAs in flight
     // without the register growth of a full unroll (q4_k spilled at 8); x addresses stay
     // base + immediate.
     static_assert((kStageBlocks * F::kSubs) % 4 == 0, "stages hold a multiple of 4 sub-blocks");
+    // jb = jq * U keeps jb's low bits known to the compiler, so (jb + u)'s parity (q4_k's nibble
+    // half) and 4-alignment fold to constants.
 #pragma unroll 1
-    for (int jb = 0; jb < kStageBlocks * F::kSubs; jb += 4) {
+    for (int jq = 0; jq < kStageBlocks * F::kSubs / U; ++jq) {
+      const int jb = jq * U;
+      // WordScales reads whole half super-blocks: index it from the 4-aligned sub-block.
+      using Scales = typename ScalesOf<F>::type;
+      const int js_scales = F::kWordScales ? (jb & ~3) : jb, u_off = F::kWordScales ? (jb & 3) : 0;
+      const Scales sg(buf + g * sb, js_scales), sg8(buf + (g + 8) * sb, js_scales);
 #pragma unroll
-    for (int u = 0; u < 4; ++u) {
-      const int js = jb + u, j = js / F::kSubs, s = js % F::kSubs;
-      const uint8_t* blk_g = buf + g * sb + j * F::kBytes;
-      const uint8_t* blk_g8 = blk_g + 8 * sb;
-      uint32_t rg[4], rg8[4];
-      F::template codes<T>(blk_g, s, c, rg);
-      F::template codes<T>(blk_g8, s, c, rg8);
-      const uint32_t a0[4] = {rg[0], rg8[0], rg[1], rg8[1]};
-      const uint32_t a1[4] = {rg[2], rg8[2], rg[3], rg8[3]};
-      const float2 sg = F::scale(blk_g, s), sg8 = F::scale(blk_g8, s);
-      // w = a q + b = a (B + q) + (b - a B): the MMA saw B + q.
-      const float og = sg.y - sg.x * bias, og8 = sg8.y - sg8.x * bias;
+      for (int u = 0; u < U; ++u) {
+        const int js = jb + u, j = js / F::kSubs, s = js % F::kSubs;
+        const uint8_t* blk_g = buf + g * sb + j * F::kBytes;
+        uint32_t rg[4], rg8[4];
+        F::template codes<T>(blk_g, j, s, c, rg);
+        F::template codes<T>(blk_g + 8 * sb, j, s, c, rg8);
+        const uint32_t a0[4] = {rg[0], rg8[0], rg[1], rg8[1]};
+        const uint32_t a1[4] = {rg[2], rg8[2], rg[3], rg8[3]};
+        const float2 s_g = sg.at(u + u_off), s_g8 = sg8.at(u + u_off);
 #pragma unroll
-      for (int t = 0; t < NT; ++t) {
-        uint32_t b00, b01, b10, b11;
-        if constexpr (F::kWideX) {
-          const uint4 xv = __ldg(reinterpret_cast<const uint4*>(xst[t] + 32 * jb + 32 * u));
-          xfrag(xv.x, xv.z, b00, b01);
-          xfrag(xv.y, xv.w, b10, b11);
-        } else {
-          const T* xb = xst[t] + 32 * jb;
-          const uint2 x0 = __ldg(reinterpret_cast<const uint2*>(xb + 32 * u));
-          const uint2 x1 = __ldg(reinterpret_cast<const uint2*>(xb + 32 * u + 16));
-          xfrag(x0.x, x0.y, b00, b01);
-          xfrag(x1.x, x1.y, b10, b11);
-        }
-        float sq[4], sx[4];
-        mma16816<T>(sq, a0, b00, b01, zero);
-        mma16816<T>(sq, a1, b10, b11, sq);
-        if constexpr (F::kOffset) {
-          mma16816<T>(sx, ones, b00, b01, zero);
-          mma16816<T>(sx, ones, b10, b11, sx);
-          acc[t][0] = fmaf(og, sx[0], fmaf(sg.x, sq[0], acc[t][0]));
-          acc[t][1] = fmaf(og, sx[1], fmaf(sg.x, sq[1], acc[t][1]));
-          acc[t][2] = fmaf(og8, sx[2], fmaf(sg8.x, sq[2], acc[t][2]));
-          acc[t][3] = fmaf(og8, sx[3], fmaf(sg8.x, sq[3], acc[t][3]));
-        } else {
-          acc[t][0] = fmaf(sg.x, sq[0], acc[t][0]);
-          acc[t][1] = fmaf(sg.x, sq[1], acc[t][1]);
-          acc[t][2] = fmaf(sg8.x, sq[2], acc[t][2]);
-          acc[t][3] = fmaf(sg8.x, sq[3], acc[t][3]);
+        for (int t = 0; t < NT; ++t) {
+          uint32_t b00, b01, b10, b11;
+          if constexpr (F::kWideX) {
+            const uint4 xv = __ldg(reinterpret_cast<const uint4*>(xst[t] + 32 * u));
+            xfrag(xv.x, xv.z, b00, b01);
+            xfrag(xv.y, xv.w, b10, b11);
+          } else {
+            const uint2 x0 = __ldg(reinterpret_cast<const uint2*>(xst[t] + 32 * u));
+            const uint2 x1 = __ldg(reinterpret_cast<const uint2*>(xst[t] + 32 * u + 16));
+            xfrag(x0.x, x0.y, b00, b01);
+            xfrag(x1.x, x1.y, b10, b11);
+          }
+          float sq[4];
+          mma16816<T>(sq, a0, b00, b01, zero);
+          mma16816<T>(sq, a1, b10, b11, sq);
+          float* ac = acc[t];
+          if constexpr (F::kOffset) {
+            // w = a q + b = a (B + q) + (b - a B): the MMA saw B + q; sum(x) from the ones-MMA.
+            float sx[4];
+            mma16816<T>(sx, ones, b00, b01, zero);
+            mma16816<T>(sx, ones, b10, b11, sx);
+            const float og = s_g.y - s_g.x * bias, og8 = s_g8.y - s_g8.x * bias;
+            ac[0] = fmaf(og, sx[0], fmaf(s_g.x, sq[0], ac[0]));
+            ac[1] = fmaf(og, sx[1], fmaf(s_g.x, sq[1], ac[1]));
+            ac[2] = fmaf(og8, sx[2], fmaf(s_g8.x, sq[2], ac[2]));
+            ac[3] = fmaf(og8, sx[3], fmaf(s_g8.x, sq[3], ac[3]));
+          } else {
+            ac[0] = fmaf(s_g.x, sq[0], ac[0]);
+            ac[1] = fmaf(s_g.x, sq[1], ac[1]);
+            ac[2] = fmaf(s_g8.x, sq[2], ac[2]);
+            ac[3] = fmaf(s_g8.x, sq[3], ac[3]);
+          }
         }
       }
-    }
+#pragma unroll
+      for (int t = 0; t < NT; ++t) xst[t] += 32 * U;
     }
     __syncwarp();  // the slot is refilled by the next iteration's issue
   }
@@ -431,6 +499,8 @@ __global__ void __launch_bounds__(kMaxWarpsK * 32, NT == 1 ? (F::kWideX ? 3 : 4)
     }
 }
 
+constexpr size_t ring_bytes(int warps_k, int sb) { return static_cast<size_t>(warps_k) * kStages * kRows * sb; }
+
 // The largest shared-memory request any launch of this instantiation makes, allowed once (so no
 // call being captured into a CUDA graph has to change function attributes, and the occupancy
 // query below sees the real limit).
@@ -438,7 +508,8 @@ template <class F, typename T, int NT>
 cudaError_t allow_smem() {
   constexpr int sb = stage_blocks(F::kElems, F::kBytes) * F::kBytes;
   static const cudaError_t attr = cudaFuncSetAttribute(
-      qmma_small_m_kernel<F, T, NT>, cudaFuncAttributeMaxDynamicSharedMemorySize, kMaxWarpsK * kStages * kRowsPerCta * sb);
+      qmma_small_m_kernel<F, T, NT>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+      static_cast<int>(ring_bytes(kMaxWarpsK, sb)));
   return attr;
 }
 
@@ -457,9 +528,8 @@ const Residency& residency() {
     constexpr int sb = stage_blocks(F::kElems, F::kBytes) * F::kBytes;
     if ((out.err = allow_smem<F, T, NT>()) != cudaSuccess) return out;
     for (int i = 0, wk = 1; wk <= kMaxWarpsK; ++i, wk *= 2) {
-      const size_t ring = static_cast<size_t>(wk) * kStages * kRowsPerCta * sb;
       out.err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&out.per_sm[i], qmma_small_m_kernel<F, T, NT>,
-                                                              wk * 32, ring);
+                                                              wk * 32, ring_bytes(wk, sb));
       if (out.err != cudaSuccess) break;
     }
     return out;
@@ -467,15 +537,9 @@ const Residency& residency() {
   return r;
 }
 
-template <class F, typename T, int NT>
-cudaError_t launch_nt(const QmmaArgs& a, int grid, cudaStream_t stream) {
-  constexpr int kStageElems = stage_blocks(F::kElems, F::kBytes) * F::kElems;
-  constexpr int sb = stage_blocks(F::kElems, F::kBytes) * F::kBytes;
-  const Residency& res = residency<F, T, NT>();
-  if (res.err != cudaSuccess) return res.err;
-  // Split K over as many warps as keep the whole grid resident in one wave (a second, mostly empty
-  // wave cost ~2x in v9), with >= 2 stages per warp so the ring has something to overlap.
-  const int n_stages = a.p.K / kStageElems;
+// K-splitting warps per CTA: as many as keep the whole grid resident in one wave (a second, mostly
+// empty wave cost ~2x in v9), with >= 2 stages per warp so the ring has something to overlap.
+inline int pick_warps_k(const Residency& res, int n_stages, int grid) {
   const int sms = sm_count();
   int warps_k = 1;
   for (int i = 3, wk = kMaxWarpsK; wk >= 1; --i, wk /= 2) {
@@ -483,16 +547,30 @@ cudaError_t launch_nt(const QmmaArgs& a, int grid, cudaStream_t stream) {
     warps_k = wk;
     if (static_cast<int64_t>(res.per_sm[i]) * sms >= grid) break;
   }
-  const size_t ring = static_cast<size_t>(warps_k) * kStages * kRowsPerCta * sb;
+  return warps_k;
+}
+
+template <class F, typename T, int NT>
+cudaError_t launch_grid(const QmmaArgs& a, int grid, int warps_k, cudaStream_t stream) {
+  constexpr int sb = stage_blocks(F::kElems, F::kBytes) * F::kBytes;
+  const size_t ring = ring_bytes(warps_k, sb);
   const size_t red = static_cast<size_t>(warps_k - 1) * NT * 4 * 32 * sizeof(float);
   qmma_small_m_kernel<F, T, NT><<<grid, warps_k * 32, ring > red ? ring : red, stream>>>(a);
   return cudaGetLastError();
 }
 
+template <class F, typename T, int NT>
+cudaError_t launch_nt(const QmmaArgs& a, cudaStream_t stream) {
+  constexpr int kStageElems = stage_blocks(F::kElems, F::kBytes) * F::kElems;
+  const Residency& res = residency<F, T, NT>();
+  if (res.err != cudaSuccess) return res.err;
+  const int grid = (a.p.N + kRows - 1) / kRows;
+  return launch_grid<F, T, NT>(a, grid, pick_warps_k(res, a.p.K / kStageElems, grid), stream);
+}
+
 template <class F, typename T>
 cudaError_t launch(QmmaArgs& a, cudaStream_t stream) {
-  const int grid = (a.p.N + kRowsPerCta - 1) / kRowsPerCta;
-  return a.rows <= 8 ? launch_nt<F, T, 1>(a, grid, stream) : launch_nt<F, T, 2>(a, grid, stream);
+  return a.rows <= 8 ? launch_nt<F, T, 1>(a, stream) : launch_nt<F, T, 2>(a, stream);
 }
 
 template <typename T>

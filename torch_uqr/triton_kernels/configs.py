@@ -57,9 +57,9 @@ VEC_AUTO_MAX_M = 0  # measured slower than gemv even at M = 1 (NOTES v2): auto n
 QMMA_MAX_ROWS = 16
 QMMA_ENABLED = True
 QMMA_FORMATS = ("q4_0", "q4_1", "q8_0", "q4_k", "mlx4", "ternary")
-# Per-format row limit where the Triton fused kernel measured faster above it (v9: q8_0 at 16 rows,
-# 4096 x 14336: 50 us fused vs 55 us here).
-QMMA_FORMAT_MAX_ROWS = {"q8_0": 8}
+# Per-format row limit where the Triton fused kernel measured faster above it. Empty since v10
+# (q8_0 at 16 rows: 42.7 us here vs 47.3 fused on 14336 x 4096; v9 had kept q8_0 to 8 rows).
+QMMA_FORMAT_MAX_ROWS: dict[str, int] = {}
 # Up to this many activation rows, path "auto" uses the CUDA-core row kernel (gemv.py).
 GEMV_AUTO_MAX_M = 1
 # From this M on, decoding once into a scratch matrix and calling cuBLAS beats the fused kernel.

@@ -86,6 +86,20 @@ UQR_FN void uqr_q4_k_scale_min(const UQR_GLOBAL uqr_u8* scales, int j, UQR_THREA
   }
 }
 
+// The same scales four sub-blocks at a time: w0, w1, w2 are scales[0..3], [4..7], [8..11] as
+// little-endian words; byte i of sc / mn is sub-block 4 * upper + i's scale / min. Word-wide so a
+// GPU thread unpacks a half super-block in a handful of ops instead of byte loads per sub-block.
+UQR_FN void uqr_q4_k_scale_min_words(uqr_u32 w0, uqr_u32 w1, uqr_u32 w2, bool upper, UQR_THREAD uqr_u32& sc,
+                                     UQR_THREAD uqr_u32& mn) {
+  if (!upper) {
+    sc = w0 & 0x3F3F3F3Fu;
+    mn = w1 & 0x3F3F3F3Fu;
+  } else {  // low 4 bits from scales[8..11], top 2 from bits 6-7 of scales[0..3] / [4..7]
+    sc = (w2 & 0x0F0F0F0Fu) | ((w0 >> 2) & 0x30303030u);
+    mn = ((w2 >> 4) & 0x0F0F0F0Fu) | ((w1 >> 2) & 0x30303030u);
+  }
+}
+
 // q4_k: 8 sub-blocks of 32; y = d sc_j q - dmin m_j. qs[32c..32c+31] hold sub-block 2c in the low
 // nibbles and 2c+1 in the high nibbles. Chunk = 8 elements, so chunk / 4 is the sub-block.
 UQR_FN void uqr_decode8_q4_k(const UQR_GLOBAL uqr_u8* blk, int chunk, UQR_THREAD float* out) {
