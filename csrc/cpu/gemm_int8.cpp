@@ -38,7 +38,9 @@ struct QRows {
   std::vector<float> d;
   std::vector<int32_t> s;
   std::vector<float> ds;  // d * s: the block's sum of x as the codes give it (q4_k's min term)
-  int64_t nq = 0;             // q4_0 with VNNI: block quads per row (quad_up_q4_0)
+  // With VNNI, per-lane terms in groups of 16 per row: q4_0 one group per block quad (quad_up_q4_0:
+  // qinit, qdx), q4_k one per super-block (interleave_q4_k: qdx = [d of its 8 blocks | ds of them]).
+  int64_t nq = 0;
   std::vector<int32_t> qinit;
   std::vector<float> qdx;
 };
@@ -138,9 +140,14 @@ void quad_up_q4_0(QRows& xq, int64_t R) {
 
 // q4_k: a super-block's x codes stored as sub-blocks 0 2 1 3 4 6 5 7, so that one 512-bit load
 // of 64 code bytes (two 32-byte groups, each a low-nibble and a high-nibble sub-block) lines up
-// its low nibbles with sub-blocks 4h, 4h+2 and its high nibbles with 4h+1, 4h+3.
+// its low nibbles with sub-blocks 4h, 4h+2 and its high nibbles with 4h+1, 4h+3. Per super-block
+// also [d | ds] of its 8 blocks as one vector: the scale and min terms in one multiply.
 void interleave_q4_k(QRows& xq, int64_t R) {
-  for (int64_t i = 0; i < R * xq.K / 256; ++i) {
+  xq.nq = xq.K / 256;
+  xq.qdx.resize(static_cast<size_t>(R * xq.nq * 16));
+  for (int64_t i = 0; i < R * xq.nq; ++i) {
+    std::memcpy(xq.qdx.data() + i * 16, xq.d.data() + i * 8, 8 * sizeof(float));
+    std::memcpy(xq.qdx.data() + i * 16 + 8, xq.ds.data() + i * 8, 8 * sizeof(float));
     int8_t* q = xq.q.data() + i * 256;
     for (int h = 0; h < 2; ++h) {
       int8_t tmp[32];
@@ -247,11 +254,10 @@ template <int MR, int NR>
 void q4_k_tile(const uint8_t* w, int64_t row_bytes, int64_t nblocks, const QView& x, float* res, int64_t ld,
                bool acc0) {
 #if UQR_CPU_VNNI
-  // acc: the scaled dots, 16 lanes; mins: the dmin m_j dx sx terms, one lane per sub-block.
-  __m512 acc[NR][MR];
-  __m256 mins[NR][MR];
+  // acc: the scaled dots; mins: lanes 8-15 the dmin m_j dx sx terms (lanes 0-7 unused).
+  __m512 acc[NR][MR], mins[NR][MR];
   for (int r = 0; r < NR; ++r)
-    for (int m = 0; m < MR; ++m) acc[r][m] = _mm512_setzero_ps(), mins[r][m] = _mm256_setzero_ps();
+    for (int m = 0; m < MR; ++m) acc[r][m] = _mm512_setzero_ps(), mins[r][m] = _mm512_setzero_ps();
   const __m512i m4 = _mm512_set1_epi8(0x0F);
   // Code bytes 64h .. 64h+63 (one 512-bit load) hold sub-blocks 4h, 4h+2 in their low nibbles and
   // 4h+1, 4h+3 in their high nibbles (interleave_q4_k stores x to match); lanes 0-7 of a dot are
@@ -261,6 +267,7 @@ void q4_k_tile(const uint8_t* w, int64_t row_bytes, int64_t nblocks, const QView
       _mm512_set_epi32(3, 3, 3, 3, 3, 3, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1),
       _mm512_set_epi32(6, 6, 6, 6, 6, 6, 6, 6, 4, 4, 4, 4, 4, 4, 4, 4),
       _mm512_set_epi32(7, 7, 7, 7, 7, 7, 7, 7, 5, 5, 5, 5, 5, 5, 5, 5)};
+  const __m512i d_dmin = _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);
   for (int64_t b = 0; b < nblocks; ++b) {
 #pragma GCC unroll 4
     for (int r = 0; r < NR; ++r) {
@@ -269,16 +276,18 @@ void q4_k_tile(const uint8_t* w, int64_t row_bytes, int64_t nblocks, const QView
         _mm_prefetch(reinterpret_cast<const char*>(blk + NR * row_bytes + o), _MM_HINT_T0);
       uint64_t sc, mn;
       q4_k_scales_mins(blk + 4, sc, mn);
-      const __m256 s = _mm256_mul_ps(_mm256_set1_ps(load_half(blk)),
-                                     _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128(static_cast<int64_t>(sc)))));
-      const __m256 mv = _mm256_mul_ps(_mm256_set1_ps(load_half(blk + 2)),
-                                      _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128(static_cast<int64_t>(mn)))));
+      // [d sc_0..7 | dmin m_0..7] in one vector: the 16 six-bit values widened together, d and
+      // dmin (two fp16 at blk) converted together and spread over their halves.
+      uint32_t dd;
+      std::memcpy(&dd, blk, 4);
+      const __m512 smv = _mm512_mul_ps(
+          _mm512_permutexvar_ps(d_dmin, _mm512_castps128_ps512(_mm_cvtph_ps(_mm_cvtsi32_si128(static_cast<int>(dd))))),
+          _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_set_epi64x(static_cast<int64_t>(mn), static_cast<int64_t>(sc)))));
       __m512 sx[MR];
 #pragma GCC unroll 8
       for (int m = 0; m < MR; ++m) {
-        const int64_t xb = m * x.ldb + b * 8;
-        sx[m] = _mm512_zextps256_ps512(_mm256_mul_ps(s, _mm256_loadu_ps(x.d + xb)));
-        mins[r][m] = _mm256_fmadd_ps(mv, _mm256_loadu_ps(x.ds + xb), mins[r][m]);
+        sx[m] = _mm512_mul_ps(smv, _mm512_loadu_ps(x.qdx + (m * x.ldqd + b) * 16));
+        mins[r][m] = _mm512_add_ps(mins[r][m], sx[m]);
       }
 #pragma GCC unroll 2
       for (int h = 0; h < 2; ++h) {
@@ -296,7 +305,9 @@ void q4_k_tile(const uint8_t* w, int64_t row_bytes, int64_t nblocks, const QView
     }
   }
   for (int r = 0; r < NR; ++r)
-    for (int m = 0; m < MR; ++m) res[m * ld + r] = (acc0 ? res[m * ld + r] : 0.f) + (_mm512_reduce_add_ps(acc[r][m]) - hsum8(mins[r][m]));
+    for (int m = 0; m < MR; ++m)
+      res[m * ld + r] = (acc0 ? res[m * ld + r] : 0.f) +
+                        (_mm512_reduce_add_ps(acc[r][m]) - hsum8(_mm512_extractf32x8_ps(mins[r][m], 1)));
 #else
   for (int r = 0; r < NR; ++r)
     for (int m = 0; m < MR; ++m) {
@@ -346,7 +357,8 @@ void int8_rows(const uint8_t* w, const uqr_gemm_params& p, const QView& x, int64
   for (int64_t k0 = 0; k0 < p.K; k0 += chunk) {
     const int64_t nblocks = std::min(chunk, p.K - k0) / kElems;
     const uint8_t* wk = w + (k0 / kElems) * kBytes;
-    const int64_t xb = k0 / kQBlock, xqd = k0 / (4 * kQBlock) * 16;
+    // per-lane groups of 16: one per q4_0 quad (128 elements), one per q4_k super-block (256)
+    const int64_t xb = k0 / kQBlock, xqd = k0 / (KQuant ? 256 : 128) * 16;
     const QView xc{x.q + k0, x.d + xb, x.s + xb, x.ds + xb, x.qinit ? x.qinit + xqd : nullptr,
                    x.qdx ? x.qdx + xqd : nullptr, x.ldq, x.ldb, x.ldqd};
     auto tile = [&](auto nr, int64_t n) {
