@@ -51,3 +51,8 @@ def test_read_floor_views_the_bytes_widest():
     assert bench._widest_view(torch.zeros(3, 6, dtype=torch.uint8)).dtype == torch.int16
     assert bench._widest_view(torch.zeros(1, 7, dtype=torch.uint8)).dtype == torch.uint8
     assert bench.read_floor_ms([torch.zeros(64, 18, dtype=torch.uint8)] * 2, 3, torch.device("cpu")) > 0
+
+
+def test_bench_hot_is_not_passed_to_the_cuda_bench():
+    with pytest.raises(SystemExit, match="--hot is a mode of the CPU/MPS bench"):
+        bench.main(["--device", "cuda", "--hot"])

@@ -240,6 +240,9 @@ def main(argv: Optional[list[str]] = None) -> int:
                        else "mps" if getattr(torch.backends, "mps", None) and torch.backends.mps.is_available()
                        else "cpu")
     if device_name == "cuda":
+        if args.hot:
+            raise SystemExit("--hot is a mode of the CPU/MPS bench; the CUDA bench (torch_uqr.bench_cuda) "
+                             "has its own timing and does not take it")
         from . import bench_cuda
         return int(bench_cuda.main(argv) or 0)
     if args.quick:
