@@ -39,7 +39,7 @@ struct QRows {
   std::vector<int32_t> s;
   std::vector<float> ds;  // d * s: the block's sum of x as the codes give it (q4_k's min term)
   // With VNNI, per-lane terms in groups of 16 per row: q4_0 one group per block quad (quad_up_q4_0:
-  // qinit, qdx), q4_k one per super-block (interleave_q4_k: qdx = [d of its 8 blocks | ds of them]).
+  // qinit, qdx), q4_k one per super-block (interleave_q4_k: qdx = the d and ds of its 8 blocks).
   int64_t nq = 0;
   std::vector<int32_t> qinit;
   std::vector<float> qdx;
@@ -102,12 +102,6 @@ struct QView {
   int64_t ldq, ldb, ldqd;
 };
 
-#if UQR_CPU_VNNI
-inline float hsum8(__m256 v) {
-  const __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  return _mm_cvtss_f32(_mm_add_ss(_mm_hadd_ps(s, s), _mm_movehdup_ps(_mm_hadd_ps(s, s))));
-}
-#endif
 
 // ---- q4_0 ----------------------------------------------------------------------------------
 #if UQR_CPU_VNNI
@@ -141,13 +135,15 @@ void quad_up_q4_0(QRows& xq, int64_t R) {
 // q4_k: a super-block's x codes stored as sub-blocks 0 2 1 3 4 6 5 7, so that one 512-bit load
 // of 64 code bytes (two 32-byte groups, each a low-nibble and a high-nibble sub-block) lines up
 // its low nibbles with sub-blocks 4h, 4h+2 and its high nibbles with 4h+1, 4h+3. Per super-block
-// also [d | ds] of its 8 blocks as one vector: the scale and min terms in one multiply.
+// also the d and ds of its 8 blocks as one vector: the scale and min terms in one multiply.
 void interleave_q4_k(QRows& xq, int64_t R) {
   xq.nq = xq.K / 256;
   xq.qdx.resize(static_cast<size_t>(R * xq.nq * 16));
   for (int64_t i = 0; i < R * xq.nq; ++i) {
-    std::memcpy(xq.qdx.data() + i * 16, xq.d.data() + i * 8, 8 * sizeof(float));
-    std::memcpy(xq.qdx.data() + i * 16 + 8, xq.ds.data() + i * 8, 8 * sizeof(float));
+    for (int g = 0; g < 2; ++g) {  // lanes [d_0..3 | ds_0..3 | d_4..7 | ds_4..7], as q4_k_tile's
+      std::memcpy(xq.qdx.data() + i * 16 + 8 * g, xq.d.data() + i * 8 + 4 * g, 4 * sizeof(float));
+      std::memcpy(xq.qdx.data() + i * 16 + 8 * g + 4, xq.ds.data() + i * 8 + 4 * g, 4 * sizeof(float));
+    }
     int8_t* q = xq.q.data() + i * 256;
     for (int h = 0; h < 2; ++h) {
       int8_t tmp[32];
@@ -237,52 +233,64 @@ void q4_0_tile(const uint8_t* w, int64_t row_bytes, int64_t nblocks, const QView
 }
 
 // ---- q4_k ----------------------------------------------------------------------------------
-// The 12 scale bytes as three little-endian words give all eight 6-bit scales and mins with a
-// few masks and shifts (the layout of uqr_q4_k_scale_min, four sub-blocks per word at once).
-inline void q4_k_scales_mins(const uint8_t* s12, uint64_t& sc, uint64_t& mn) {
-  uint32_t a, b, c;
-  std::memcpy(&a, s12, 4);
-  std::memcpy(&b, s12 + 4, 4);
+// The 12 scale bytes as 64- and 32-bit little-endian words give all eight 6-bit scales and mins
+// with a few masks and shifts (the layout of uqr_q4_k_scale_min, eight values per word at once):
+// lo = bytes [sc_0..3 | m_0..3], hi = [sc_4..7 | m_4..7].
+inline void q4_k_scale_min_words(const uint8_t* s12, uint64_t& lo, uint64_t& hi) {
+  uint64_t ab;
+  uint32_t c;
+  std::memcpy(&ab, s12, 8);
   std::memcpy(&c, s12 + 8, 4);
-  const uint32_t sc_hi = (c & 0x0F0F0F0Fu) | ((a >> 2) & 0x30303030u);
-  const uint32_t mn_hi = ((c >> 4) & 0x0F0F0F0Fu) | ((b >> 2) & 0x30303030u);
-  sc = (a & 0x3F3F3F3Fu) | (static_cast<uint64_t>(sc_hi) << 32);
-  mn = (b & 0x3F3F3F3Fu) | (static_cast<uint64_t>(mn_hi) << 32);
+  lo = ab & 0x3F3F3F3F3F3F3F3Full;
+  // low nibbles of c (sc_4..7), high nibbles of c (m_4..7) in the upper word; bits 6-7 of bytes
+  // 0-3 (sc) and 4-7 (m) as their bits 4-5. The stray bits of c << 28 land in masked-off nibbles.
+  const uint64_t cc = (static_cast<uint64_t>(c) | (static_cast<uint64_t>(c) << 28)) & 0x0F0F0F0F0F0F0F0Full;
+  hi = cc | ((ab >> 2) & 0x3030303030303030ull);
+}
+
+inline void q4_k_scales_mins(const uint8_t* s12, uint64_t& sc, uint64_t& mn) {
+  uint64_t lo, hi;
+  q4_k_scale_min_words(s12, lo, hi);
+  sc = (lo & 0xFFFFFFFFull) | (hi << 32);
+  mn = (lo >> 32) | (hi & 0xFFFFFFFF00000000ull);
 }
 
 template <int MR, int NR>
 void q4_k_tile(const uint8_t* w, int64_t row_bytes, int64_t nblocks, const QView& x, float* res, int64_t ld,
                bool acc0) {
 #if UQR_CPU_VNNI
-  // acc: the scaled dots; mins: lanes 8-15 the dmin m_j dx sx terms (lanes 0-7 unused).
+  // The scale terms per super-block are one 16-lane vector, lanes [sc_0..3 | m_0..3 | sc_4..7 |
+  // m_4..7] (q4_k_scale_min_words' order). acc: the scaled dots; mins: the m terms (lanes 4-7
+  // and 12-15; the others unused).
   __m512 acc[NR][MR], mins[NR][MR];
   for (int r = 0; r < NR; ++r)
     for (int m = 0; m < MR; ++m) acc[r][m] = _mm512_setzero_ps(), mins[r][m] = _mm512_setzero_ps();
   const __m512i m4 = _mm512_set1_epi8(0x0F);
   // Code bytes 64h .. 64h+63 (one 512-bit load) hold sub-blocks 4h, 4h+2 in their low nibbles and
   // 4h+1, 4h+3 in their high nibbles (interleave_q4_k stores x to match); lanes 0-7 of a dot are
-  // the first of the two sub-blocks, lanes 8-15 the second: their scales' indices.
+  // the first of the two sub-blocks, lanes 8-15 the second: their scales' lanes (sc_j at j < 4
+  // ? j : j + 4).
   const __m512i pick[4] = {
       _mm512_set_epi32(2, 2, 2, 2, 2, 2, 2, 2, 0, 0, 0, 0, 0, 0, 0, 0),
       _mm512_set_epi32(3, 3, 3, 3, 3, 3, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1),
-      _mm512_set_epi32(6, 6, 6, 6, 6, 6, 6, 6, 4, 4, 4, 4, 4, 4, 4, 4),
-      _mm512_set_epi32(7, 7, 7, 7, 7, 7, 7, 7, 5, 5, 5, 5, 5, 5, 5, 5)};
-  const __m512i d_dmin = _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);
+      _mm512_set_epi32(10, 10, 10, 10, 10, 10, 10, 10, 8, 8, 8, 8, 8, 8, 8, 8),
+      _mm512_set_epi32(11, 11, 11, 11, 11, 11, 11, 11, 9, 9, 9, 9, 9, 9, 9, 9)};
+  const __m512i d_dmin = _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 0, 0, 0, 0, 1, 1, 1, 1);
   for (int64_t b = 0; b < nblocks; ++b) {
 #pragma GCC unroll 4
     for (int r = 0; r < NR; ++r) {
       const uint8_t* blk = w + r * row_bytes + b * UQR_Q4_K_BYTES;
       for (int o = 0; o < UQR_Q4_K_BYTES; o += 64)  // as for q4_0: the next tile's row
         _mm_prefetch(reinterpret_cast<const char*>(blk + NR * row_bytes + o), _MM_HINT_T0);
-      uint64_t sc, mn;
-      q4_k_scales_mins(blk + 4, sc, mn);
-      // [d sc_0..7 | dmin m_0..7] in one vector: the 16 six-bit values widened together, d and
-      // dmin (two fp16 at blk) converted together and spread over their halves.
+      uint64_t lo, hi;
+      q4_k_scale_min_words(blk + 4, lo, hi);
+      // d sc_j and dmin m_j in one vector: the 16 six-bit values widened together, d and dmin
+      // (two fp16 at blk) converted together and spread over their lanes.
       uint32_t dd;
       std::memcpy(&dd, blk, 4);
       const __m512 smv = _mm512_mul_ps(
           _mm512_permutexvar_ps(d_dmin, _mm512_castps128_ps512(_mm_cvtph_ps(_mm_cvtsi32_si128(static_cast<int>(dd))))),
-          _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_set_epi64x(static_cast<int64_t>(mn), static_cast<int64_t>(sc)))));
+          _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_set_epi64x(static_cast<int64_t>(hi), static_cast<int64_t>(lo)))));
       __m512 sx[MR];
 #pragma GCC unroll 8
       for (int m = 0; m < MR; ++m) {
@@ -307,7 +315,7 @@ void q4_k_tile(const uint8_t* w, int64_t row_bytes, int64_t nblocks, const QView
   for (int r = 0; r < NR; ++r)
     for (int m = 0; m < MR; ++m)
       res[m * ld + r] = (acc0 ? res[m * ld + r] : 0.f) +
-                        (_mm512_reduce_add_ps(acc[r][m]) - hsum8(_mm512_extractf32x8_ps(mins[r][m], 1)));
+                        (_mm512_reduce_add_ps(acc[r][m]) - _mm512_mask_reduce_add_ps(0xF0F0, mins[r][m]));
 #else
   for (int r = 0; r < NR; ++r)
     for (int m = 0; m < MR; ++m) {
