@@ -149,11 +149,12 @@ def test_int8_q4_0_quads_and_tail(K_tail):
 
 
 @pytest.mark.parametrize("K_k", [256, 768])
-@pytest.mark.parametrize("N", [1, 5, 67])
+@pytest.mark.parametrize("N", [9, 67])
 def test_int8_q4_k_every_row_count(K_k, N):
     # x's sub-blocks are stored per super-block as 0 2 1 3 4 6 5 7 (one 512-bit load of codes
-    # covers four sub-blocks): every M from 1 to 9 (one and two passes of 8 rows), N below, at
-    # and past the 4-row tile, one and three super-blocks.
+    # covers four sub-blocks): every M from 1 to 9 (one and two passes of 8 rows), N with whole
+    # 4-row tiles and a single-row rest, one and three super-blocks. (Not N = 1: with one output
+    # per row the bound against the exact product, relative to max |y|, is not meaningful.)
     qt, W = weights("q4_k", None, N, K_k)
     for M in range(1, 10):
         x = randn(2, M, K_k)
