@@ -135,3 +135,27 @@ def test_int8_q4_0_odd_block_count(K_odd):
     for M in (1, 9):
         x = randn(M, K_odd)
         check(uqr.gemm(x, qt, path="int8"), x, W, torch.float32, f"q4_0 K={K_odd} M={M}")
+
+
+@pytest.mark.parametrize("K_tail", [128, 160, 224, 4128])
+def test_int8_q4_0_quads_and_tail(K_tail):
+    # The kernel takes q4_0 blocks four at a time (x stored per quad); 1-3 blocks past the last
+    # whole quad go through the single-block step: 4 blocks (no tail), 5, 7, and 129 at K = 4128
+    # (several K passes at M = 9, the tail in the last one).
+    qt, W = weights("q4_0", None, N_ODD, K_tail)
+    for M in range(1, 10):
+        x = randn(M, K_tail)
+        check(uqr.gemm(x, qt, path="int8"), x, W, torch.float32, f"q4_0 K={K_tail} M={M}")
+
+
+@pytest.mark.parametrize("K_k", [256, 768])
+@pytest.mark.parametrize("N", [9, 67])
+def test_int8_q4_k_every_row_count(K_k, N):
+    # x's sub-blocks are stored per super-block as 0 2 1 3 4 6 5 7 (one 512-bit load of codes
+    # covers four sub-blocks): every M from 1 to 9 (one and two passes of 8 rows), N with whole
+    # 4-row tiles and a single-row rest, one and three super-blocks. (Not N = 1: with one output
+    # per row the bound against the exact product, relative to max |y|, is not meaningful.)
+    qt, W = weights("q4_k", None, N, K_k)
+    for M in range(1, 10):
+        x = randn(2, M, K_k)
+        check(uqr.gemm(x, qt, path="int8"), x, W, torch.float32, f"q4_k N={N} K={K_k} M={M}")

@@ -5,7 +5,12 @@ max error relative to a float64 CPU reference (``max|y - ref| / max|ref|``), and
 same run, "dequantize + torch.matmul" (the reference decoder then a dense matmul) and the dense
 matmul alone (weights already in x's dtype). Between repetitions the packed weights rotate through
 enough copies to exceed the last-level cache, so every call reads its weights from memory, as the
-seed's benchmark flushes its cache. On CPU, formats with path "int8" (``ops.INT8_FORMATS``) get a
+seed's benchmark flushes its cache. ``--hot`` instead reuses ONE copy (weights, dense baseline
+too), as llama.cpp's ``test-backend-ops perf`` does: weights that fit in the LLC are then read
+from it, which is the like-for-like comparison with the llama.cpp column. The "read floor ms"
+column is the median time to read the packed bytes once (``torch.sum`` of the copy viewed as
+int64, same rotation and thread count as the timed calls): how close a row is to memory speed
+(or LLC speed with ``--hot``). On CPU, formats with path "int8" (``ops.INT8_FORMATS``) get a
 second row at M <= ``INT8_MAX_M`` beside "auto": its error column is a few 1e-3 by design (x is rounded
 to int8 per 32 elements), not a kernel defect. ``--device cuda`` hands over to ``torch_uqr.bench_cuda``.
 """
@@ -55,6 +60,8 @@ class Row:
     speedup_vs_deq_matmul: Optional[float]
     llama_cpp_ms: Optional[float]
     weight_copies: int
+    hot: bool = False                      # --hot: one weight copy reused, not rotated
+    read_floor_ms: Optional[float] = None  # median time to read the packed bytes once
 
 
 def llc_bytes() -> int:
@@ -94,6 +101,22 @@ def median_ms(fn: Callable[[int], object], reps: int, device: torch.device, warm
     return statistics.median(times)
 
 
+def _widest_view(t: torch.Tensor) -> torch.Tensor:
+    """The packed bytes as the widest integer elements that tile them (int64 where possible)."""
+    flat = t.reshape(-1)
+    for dt, size in ((torch.int64, 8), (torch.int32, 4), (torch.int16, 2)):
+        if flat.numel() % size == 0 and flat.data_ptr() % size == 0:
+            return flat.view(dt)
+    return flat
+
+
+def read_floor_ms(copies: list[torch.Tensor], reps: int, device: torch.device) -> float:
+    """Median time to read one copy of the packed weights once (a sum over it), rotating through
+    ``copies`` as the timed calls do: the memory (or, with one copy, cache) read floor of a call."""
+    views = [_widest_view(c) for c in copies]
+    return median_ms(lambda i: views[i % len(views)].sum(), reps, device)
+
+
 def parse_shapes(text: str) -> list[tuple[int, int]]:
     shapes = []
     for item in text.split(","):
@@ -127,6 +150,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dtype", default="float32", choices=["float32", "float16", "bfloat16"])
     p.add_argument("--quick", action="store_true", help="1024x1024, M=1,16,128, 3 reps: a smoke run")
     p.add_argument("--no-baseline", action="store_true", help="skip dequantize+matmul and dense matmul")
+    p.add_argument("--hot", action="store_true",
+                   help="reuse ONE weight copy instead of rotating copies past the LLC (as llama.cpp's "
+                        "test-backend-ops perf does): weights that fit are read from the LLC, not DRAM")
     p.add_argument("--json", metavar="PATH", help="also write the rows as JSON")
     p.add_argument("--seed", type=int, default=0)
     return p
@@ -152,13 +178,16 @@ def bench_one(fmt: str, g: int, N: int, K: int, Ms: list[int], args, device: tor
     fmod = importlib.import_module("torch_uqr.formats").get(fmt)
     data = fmod.random_blocks(N, K, gen, g)
     # Enough copies that one pass over them exceeds the LLC: each call then reads from memory.
-    copies = 1 if device.type != "cpu" else max(2, -(-int(1.5 * llc_bytes()) // data.numel()))
+    # --hot: one copy, reused (llama.cpp's test-backend-ops): it stays in the LLC if it fits.
+    hot = bool(getattr(args, "hot", False))
+    copies = 1 if device.type != "cpu" or hot else max(2, -(-int(1.5 * llc_bytes()) // data.numel()))
     qts = [QTensor(data.clone().to(device), fmt, (N, K), g) for _ in range(copies)]
+    floor_ms = read_floor_ms([q.data for q in qts], _reps_for(min(Ms), args.reps), device)
     W = dequantize(QTensor(data, fmt, (N, K), g)).to(torch.float64)
     # Dense weights already in x's dtype, so the baseline is the library matmul alone (for bf16 on
     # AVX-512 CPUs, oneDNN's AMX kernel), not a conversion of W per call.
     dense = W.to(dtype).to(device)
-    dense_copies = [dense] + [dense.clone() for _ in range(max(0, min(3, -(-int(1.5 * llc_bytes())
+    dense_copies = [dense] + [dense.clone() for _ in range(0 if hot else max(0, min(3, -(-int(1.5 * llc_bytes())
                                                                   // (dense.numel() * dense.element_size())) - 1)))]
     rows = []
     for M in Ms:
@@ -181,7 +210,7 @@ def bench_one(fmt: str, g: int, N: int, K: int, Ms: list[int], args, device: tor
                             device=str(device), ms=ms, gflops=2.0 * M * N * K / ms / 1e6, max_rel_err=err,
                             deq_matmul_ms=deq_ms, dense_matmul_ms=dense_ms,
                             speedup_vs_deq_matmul=(deq_ms / ms) if deq_ms else None,
-                            llama_cpp_ms=llama, weight_copies=copies))
+                            llama_cpp_ms=llama, weight_copies=copies, hot=hot, read_floor_ms=floor_ms))
             progress.update(1)
     return rows
 
@@ -190,12 +219,12 @@ def format_table(rows: list[Row]) -> str:
     """Markdown table of the rows (the form used in docs/bench_cpu.md)."""
     def f(v, spec):
         return "-" if v is None else format(v, spec)
-    head = ("| format | path | N x K | M | uqr ms | GFLOP/s | max rel err | deq+matmul ms | x faster "
-            "| dense matmul ms (x dtype) | llama.cpp ms |")
-    lines = [head, "|" + "---|" * 11]
+    head = ("| format | path | N x K | M | uqr ms | read floor ms | GFLOP/s | max rel err | deq+matmul ms "
+            "| x faster | dense matmul ms (x dtype) | llama.cpp ms |")
+    lines = [head, "|" + "---|" * 12]
     for r in rows:
         name = f"{r.fmt}:{r.group_size}" if r.fmt == "mlx4" else r.fmt
-        lines.append(f"| {name} | {r.path} | {r.N}x{r.K} | {r.M} | {r.ms:.3f} | {r.gflops:.1f} | "
+        lines.append(f"| {name} | {r.path} | {r.N}x{r.K} | {r.M} | {r.ms:.3f} | {f(r.read_floor_ms, '.3f')} | {r.gflops:.1f} | "
                      f"{r.max_rel_err:.1e} | {f(r.deq_matmul_ms, '.2f')} | {f(r.speedup_vs_deq_matmul, '.1f')} | "
                      f"{f(r.dense_matmul_ms, '.3f')} | {f(r.llama_cpp_ms, 'g')} |")
     return "\n".join(lines)
@@ -211,6 +240,9 @@ def main(argv: Optional[list[str]] = None) -> int:
                        else "mps" if getattr(torch.backends, "mps", None) and torch.backends.mps.is_available()
                        else "cpu")
     if device_name == "cuda":
+        if args.hot:
+            raise SystemExit("--hot is a mode of the CPU/MPS bench; the CUDA bench (torch_uqr.bench_cuda) "
+                             "has its own timing and does not take it")
         from . import bench_cuda
         return int(bench_cuda.main(argv) or 0)
     if args.quick:
@@ -229,14 +261,16 @@ def main(argv: Optional[list[str]] = None) -> int:
             for fmt, g in fmts:
                 progress.set_postfix_str(f"{fmt} {N}x{K}")
                 rows.extend(bench_one(fmt, g, N, K, Ms, args, device, dtype, progress))
+    weights = ("hot: one copy reused, as llama.cpp's test-backend-ops" if args.hot
+               else f"rotated through {rows[0].weight_copies if rows else 0} copies")
     print(f"device={device} threads={torch.get_num_threads()} dtype={args.dtype} "
-          f"LLC={llc_bytes() >> 20} MiB (weights rotated through {rows[0].weight_copies if rows else 0} copies)")
+          f"LLC={llc_bytes() >> 20} MiB (weights {weights})")
     print(format_table(rows))
     if any(r.path == "int8" for r in rows):
         print("path int8 rounds x to int8 (one scale per 32 elements): its max rel err of a few 1e-3 is expected")
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"device": str(device), "threads": torch.get_num_threads(), "rows": [asdict(r) for r in rows]},
+            json.dump({"device": str(device), "threads": torch.get_num_threads(), "hot": args.hot, "rows": [asdict(r) for r in rows]},
                       f, indent=1)
     return 0
 

@@ -20,7 +20,7 @@
 #include "kernels.h"
 #include "uqr/formats.h"
 
-#if defined(__AVX512VNNI__) && defined(__AVX512VL__) && UQR_CPU_AVX512
+#if defined(__AVX512VNNI__) && defined(__AVX512VL__) && defined(__AVX512VBMI__) && UQR_CPU_AVX512
 #define UQR_CPU_VNNI 1
 #else
 #define UQR_CPU_VNNI 0
@@ -38,9 +38,11 @@ struct QRows {
   std::vector<float> d;
   std::vector<int32_t> s;
   std::vector<float> ds;  // d * s: the block's sum of x as the codes give it (q4_k's min term)
-  int64_t np = 0;             // q4_0 with VNNI: block pairs per row (pair_up_q4_0)
-  std::vector<int32_t> pinit;
-  std::vector<float> pdx;
+  // With VNNI, per-lane terms in groups of 16 per row: q4_0 one group per block quad (quad_up_q4_0:
+  // qinit, qdx), q4_k one per super-block (interleave_q4_k: qdx = the d and ds of its 8 blocks).
+  int64_t nq = 0;
+  std::vector<int32_t> qinit;
+  std::vector<float> qdx;
 };
 
 void quantize_block(const float* x, int8_t* q, float& d_out, int32_t& s_out) {
@@ -95,79 +97,109 @@ struct QView {
   const float* d;
   const int32_t* s;
   const float* ds;
-  const int32_t* pinit;
-  const float* pdx;
-  int64_t ldq, ldb, ldp;
+  const int32_t* qinit;
+  const float* qdx;
+  int64_t ldq, ldb, ldqd;
 };
 
-#if UQR_CPU_VNNI
-inline float hsum8(__m256 v) {
-  const __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  return _mm_cvtss_f32(_mm_add_ss(_mm_hadd_ps(s, s), _mm_movehdup_ps(_mm_hadd_ps(s, s))));
-}
-#endif
 
 // ---- q4_0 ----------------------------------------------------------------------------------
 #if UQR_CPU_VNNI
-// Two q4_0 blocks b, b+1 are one pass: their 2 x 16 code bytes load as one 32-byte vector, whose
-// low nibbles are elements 0-15 of both blocks and high nibbles elements 16-31 — with no lane
-// shuffle (port 5) if x is stored to match: per pair [b 0-15 | b+1 0-15 | b 16-31 | b+1 16-31].
-// Per pair also: the dot's starting lanes (-2 sx each, four lanes per block: the -8 sx term) and
-// dx per lane. An odd last block stays in plain order.
-void pair_up_q4_0(QRows& xq, int64_t R) {
-  xq.np = xq.nb / 2;
-  xq.pinit.resize(static_cast<size_t>(R * xq.np * 8));
-  xq.pdx.resize(static_cast<size_t>(R * xq.np * 8));
-  at::parallel_for(0, R * xq.np, 1024, [&](int64_t begin, int64_t end) {
-    for (int64_t i = begin; i < end; ++i) {
-      const int64_t r = i / xq.np, pb = i % xq.np, b = r * xq.nb + 2 * pb;
-      int8_t* q = xq.q.data() + r * xq.K + pb * 64;
-      int8_t tmp[64];
-      std::memcpy(tmp, q, 64);
-      std::memcpy(q + 16, tmp + 32, 16);
-      std::memcpy(q + 32, tmp + 16, 16);
-      for (int l = 0; l < 8; ++l) {
-        xq.pinit[i * 8 + l] = -2 * xq.s[b + l / 4];
-        xq.pdx[i * 8 + l] = xq.d[b + l / 4];
-      }
+// Four q4_0 blocks (72 bytes) are one pass of 512-bit registers. Two overlapping 64-byte loads
+// hold them; one byte permute (vpermt2b) gathers the four 16-byte code fields into one zmm,
+// whose low nibbles are elements 0-15 of the four blocks and high nibbles elements 16-31, and one
+// word permute picks the four fp16 scales (at even offsets 0, 18, 36, 54) for their 4 lanes
+// each. So x is stored per quad as [b0 0-15 | b1 0-15 | b2 0-15 | b3 0-15 | b0 16-31 | ... b3
+// 16-31], with per lane the dot's starting value (-2 sx: four lanes per block carry -8 sx) and dx.
+// Blocks past the last whole quad stay in plain order (the single-block step).
+void quad_up_q4_0(QRows& xq, int64_t R) {
+  xq.nq = xq.nb / 4;
+  xq.qinit.resize(static_cast<size_t>(R * xq.nq * 16));
+  xq.qdx.resize(static_cast<size_t>(R * xq.nq * 16));
+  for (int64_t i = 0; i < R * xq.nq; ++i) {
+    const int64_t r = i / xq.nq, qb = i % xq.nq, b = r * xq.nb + 4 * qb;
+    int8_t* q = xq.q.data() + r * xq.K + qb * 128;
+    int8_t tmp[128];
+    std::memcpy(tmp, q, 128);
+    for (int k = 0; k < 4; ++k) {
+      std::memcpy(q + 16 * k, tmp + 32 * k, 16);
+      std::memcpy(q + 64 + 16 * k, tmp + 32 * k + 16, 16);
     }
-  });
+    for (int l = 0; l < 16; ++l) {
+      xq.qinit[i * 16 + l] = -2 * xq.s[b + l / 4];
+      xq.qdx[i * 16 + l] = xq.d[b + l / 4];
+    }
+  }
 }
+
+// q4_k: a super-block's x codes stored as sub-blocks 0 2 1 3 4 6 5 7, so that one 512-bit load
+// of 64 code bytes (two 32-byte groups, each a low-nibble and a high-nibble sub-block) lines up
+// its low nibbles with sub-blocks 4h, 4h+2 and its high nibbles with 4h+1, 4h+3. Per super-block
+// also the d and ds of its 8 blocks as one vector: the scale and min terms in one multiply.
+void interleave_q4_k(QRows& xq, int64_t R) {
+  xq.nq = xq.K / 256;
+  xq.qdx.resize(static_cast<size_t>(R * xq.nq * 16));
+  for (int64_t i = 0; i < R * xq.nq; ++i) {
+    for (int g = 0; g < 2; ++g) {  // lanes [d_0..3 | ds_0..3 | d_4..7 | ds_4..7], as q4_k_tile's
+      std::memcpy(xq.qdx.data() + i * 16 + 8 * g, xq.d.data() + i * 8 + 4 * g, 4 * sizeof(float));
+      std::memcpy(xq.qdx.data() + i * 16 + 8 * g + 4, xq.ds.data() + i * 8 + 4 * g, 4 * sizeof(float));
+    }
+    int8_t* q = xq.q.data() + i * 256;
+    for (int h = 0; h < 2; ++h) {
+      int8_t tmp[32];
+      std::memcpy(tmp, q + 128 * h + 32, 32);
+      std::memcpy(q + 128 * h + 32, q + 128 * h + 64, 32);
+      std::memcpy(q + 128 * h + 64, tmp, 32);
+    }
+  }
+}
+
+// vpermt2b indices: the code bytes of blocks 0-3 from A = quad bytes 0-63 and B = bytes 8-71
+// (index 64 + i is B's byte i); B starts at 8 so that neither load reads past the quad.
+alignas(64) constexpr uint8_t kQuadCodes[64] = {
+    2,  3,  4,  5,  6,  7,  8,  9,  10, 11, 12, 13, 14, 15, 16, 17,
+    20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31, 32, 33, 34, 35,
+    38, 39, 40, 41, 42, 43, 44, 45, 46, 47, 48, 49, 50, 51, 52, 53,
+    112, 113, 114, 115, 116, 117, 118, 119, 120, 121, 122, 123, 124, 125, 126, 127};
 #endif
 
 template <int MR, int NR>
 void q4_0_tile(const uint8_t* w, int64_t row_bytes, int64_t nblocks, const QView& x, float* res, int64_t ld,
                bool acc0) {
 #if UQR_CPU_VNNI
-  __m256 acc[NR][MR];
+  __m512 acc[NR][MR];
   for (int r = 0; r < NR; ++r)
-    for (int m = 0; m < MR; ++m) acc[r][m] = _mm256_setzero_ps();
-  const __m256i m4 = _mm256_set1_epi8(0x0F);
-  for (int64_t pb = 0; pb < nblocks / 2; ++pb) {
+    for (int m = 0; m < MR; ++m) acc[r][m] = _mm512_setzero_ps();
+  const __m512i m4 = _mm512_set1_epi8(0x0F);
+  const __m512i codes = _mm512_load_si512(kQuadCodes);
+  const __m256i scales = _mm256_setr_epi16(0, 0, 0, 0, 9, 9, 9, 9, 18, 18, 18, 18, 27, 27, 27, 27);
+  const int64_t nquads = nblocks / 4;
+  for (int64_t qb = 0; qb < nquads; ++qb) {
 #pragma GCC unroll 4
     for (int r = 0; r < NR; ++r) {
-      const uint8_t* blk = w + r * row_bytes + 2 * pb * UQR_Q4_0_BYTES;
+      const uint8_t* blk = w + r * row_bytes + qb * 4 * UQR_Q4_0_BYTES;
       // The next tile's row, same position: a whole row ahead, which the hardware prefetcher
-      // does not run (measured ~0.95 -> ~0.8 ms at M = 1 with weights from DRAM). Past the end
-      // of w this only misses: prefetches do not fault.
+      // does not run (weights from DRAM: ~30% faster in a standalone test). Two lines per 72-byte quad
+      // so none is skipped. Past the end of w this only misses: prefetches do not fault.
       _mm_prefetch(reinterpret_cast<const char*>(blk + NR * row_bytes), _MM_HINT_T0);
-      const __m256i raw = _mm256_loadu2_m128i(reinterpret_cast<const __m128i*>(blk + UQR_Q4_0_BYTES + 2),
-                                              reinterpret_cast<const __m128i*>(blk + 2));
-      const __m256i lo = _mm256_and_si256(raw, m4), hi = _mm256_and_si256(_mm256_srli_epi16(raw, 4), m4);
-      const __m256 dw = _mm256_set_m128(_mm_set1_ps(load_half(blk + UQR_Q4_0_BYTES)), _mm_set1_ps(load_half(blk)));
+      _mm_prefetch(reinterpret_cast<const char*>(blk + NR * row_bytes + 64), _MM_HINT_T0);
+      const __m512i a = _mm512_loadu_si512(blk), b = _mm512_loadu_si512(blk + 8);
+      const __m512i raw = _mm512_permutex2var_epi8(a, codes, b);
+      const __m512i lo = _mm512_and_si512(raw, m4), hi = _mm512_and_si512(_mm512_srli_epi16(raw, 4), m4);
+      const __m512 dw = _mm512_cvtph_ps(
+          _mm512_castsi512_si256(_mm512_permutexvar_epi16(_mm512_castsi256_si512(scales), a)));
 #pragma GCC unroll 8
       for (int m = 0; m < MR; ++m) {
-        const int8_t* xq = x.q + m * x.ldq + pb * 64;
-        const int64_t pi = (m * x.ldp + pb) * 8;
-        __m256i dot = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.pinit + pi));
-        dot = _mm256_dpbusd_epi32(dot, lo, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq)));
-        dot = _mm256_dpbusd_epi32(dot, hi, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq + 32)));
-        acc[r][m] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_mul_ps(dw, _mm256_loadu_ps(x.pdx + pi)), acc[r][m]);
+        const int8_t* xq = x.q + m * x.ldq + qb * 128;
+        const int64_t qi = (m * x.ldqd + qb) * 16;
+        __m512i dot = _mm512_loadu_si512(x.qinit + qi);
+        dot = _mm512_dpbusd_epi32(dot, lo, _mm512_loadu_si512(xq));
+        dot = _mm512_dpbusd_epi32(dot, hi, _mm512_loadu_si512(xq + 64));
+        acc[r][m] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), _mm512_mul_ps(dw, _mm512_loadu_ps(x.qdx + qi)), acc[r][m]);
       }
     }
   }
-  if (nblocks % 2) {
-    const int64_t b = nblocks - 1;
+  for (int64_t b = nquads * 4; b < nblocks; ++b) {
     const __m128i m4x = _mm_set1_epi8(0x0F);
     for (int r = 0; r < NR; ++r) {
       const uint8_t* blk = w + r * row_bytes + b * UQR_Q4_0_BYTES;
@@ -177,13 +209,13 @@ void q4_0_tile(const uint8_t* w, int64_t row_bytes, int64_t nblocks, const QView
         // Each of the 8 lanes starts at -sx: the lanes' total carries the -8 sx term.
         const __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.q + m * x.ldq + b * 32));
         const __m256i dot = _mm256_dpbusd_epi32(_mm256_set1_epi32(-x.s[m * x.ldb + b]), q, xv);
-        acc[r][m] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_set1_ps(load_half(blk) * x.d[m * x.ldb + b]),
-                                    acc[r][m]);
+        acc[r][m] = _mm512_add_ps(acc[r][m], _mm512_zextps256_ps512(_mm256_mul_ps(
+            _mm256_cvtepi32_ps(dot), _mm256_set1_ps(load_half(blk) * x.d[m * x.ldb + b]))));
       }
     }
   }
   for (int r = 0; r < NR; ++r)
-    for (int m = 0; m < MR; ++m) res[m * ld + r] = (acc0 ? res[m * ld + r] : 0.f) + hsum8(acc[r][m]);
+    for (int m = 0; m < MR; ++m) res[m * ld + r] = (acc0 ? res[m * ld + r] : 0.f) + _mm512_reduce_add_ps(acc[r][m]);
 #else
   for (int r = 0; r < NR; ++r)
     for (int m = 0; m < MR; ++m) {
@@ -201,71 +233,89 @@ void q4_0_tile(const uint8_t* w, int64_t row_bytes, int64_t nblocks, const QView
 }
 
 // ---- q4_k ----------------------------------------------------------------------------------
-// The 12 scale bytes as three little-endian words give all eight 6-bit scales and mins with a
-// few masks and shifts (the layout of uqr_q4_k_scale_min, four sub-blocks per word at once).
-inline void q4_k_scales_mins(const uint8_t* s12, uint64_t& sc, uint64_t& mn) {
-  uint32_t a, b, c;
-  std::memcpy(&a, s12, 4);
-  std::memcpy(&b, s12 + 4, 4);
+// The 12 scale bytes as 64- and 32-bit little-endian words give all eight 6-bit scales and mins
+// with a few masks and shifts (the layout of uqr_q4_k_scale_min, eight values per word at once):
+// lo = bytes [sc_0..3 | m_0..3], hi = [sc_4..7 | m_4..7].
+inline void q4_k_scale_min_words(const uint8_t* s12, uint64_t& lo, uint64_t& hi) {
+  uint64_t ab;
+  uint32_t c;
+  std::memcpy(&ab, s12, 8);
   std::memcpy(&c, s12 + 8, 4);
-  const uint32_t sc_hi = (c & 0x0F0F0F0Fu) | ((a >> 2) & 0x30303030u);
-  const uint32_t mn_hi = ((c >> 4) & 0x0F0F0F0Fu) | ((b >> 2) & 0x30303030u);
-  sc = (a & 0x3F3F3F3Fu) | (static_cast<uint64_t>(sc_hi) << 32);
-  mn = (b & 0x3F3F3F3Fu) | (static_cast<uint64_t>(mn_hi) << 32);
+  lo = ab & 0x3F3F3F3F3F3F3F3Full;
+  // low nibbles of c (sc_4..7), high nibbles of c (m_4..7) in the upper word; bits 6-7 of bytes
+  // 0-3 (sc) and 4-7 (m) as their bits 4-5. The stray bits of c << 28 land in masked-off nibbles.
+  const uint64_t cc = (static_cast<uint64_t>(c) | (static_cast<uint64_t>(c) << 28)) & 0x0F0F0F0F0F0F0F0Full;
+  hi = cc | ((ab >> 2) & 0x3030303030303030ull);
+}
+
+inline void q4_k_scales_mins(const uint8_t* s12, uint64_t& sc, uint64_t& mn) {
+  uint64_t lo, hi;
+  q4_k_scale_min_words(s12, lo, hi);
+  sc = (lo & 0xFFFFFFFFull) | (hi << 32);
+  mn = (lo >> 32) | (hi & 0xFFFFFFFF00000000ull);
 }
 
 template <int MR, int NR>
 void q4_k_tile(const uint8_t* w, int64_t row_bytes, int64_t nblocks, const QView& x, float* res, int64_t ld,
                bool acc0) {
 #if UQR_CPU_VNNI
-  // acc: the scaled dots, 16 lanes; mins: the dmin m_j dx sx terms, one lane per sub-block.
-  __m512 acc[NR][MR];
-  __m256 mins[NR][MR];
+  // The scale terms per super-block are one 16-lane vector, lanes [sc_0..3 | m_0..3 | sc_4..7 |
+  // m_4..7] (q4_k_scale_min_words' order). acc: the scaled dots; mins: the m terms (lanes 4-7
+  // and 12-15; the others unused).
+  __m512 acc[NR][MR], mins[NR][MR];
   for (int r = 0; r < NR; ++r)
-    for (int m = 0; m < MR; ++m) acc[r][m] = _mm512_setzero_ps(), mins[r][m] = _mm256_setzero_ps();
+    for (int m = 0; m < MR; ++m) acc[r][m] = _mm512_setzero_ps(), mins[r][m] = _mm512_setzero_ps();
   const __m512i m4 = _mm512_set1_epi8(0x0F);
-  // Lanes 0-7 of a dot are sub-block 2c, lanes 8-15 sub-block 2c+1: their scales' indices.
+  // Code bytes 64h .. 64h+63 (one 512-bit load) hold sub-blocks 4h, 4h+2 in their low nibbles and
+  // 4h+1, 4h+3 in their high nibbles (interleave_q4_k stores x to match); lanes 0-7 of a dot are
+  // the first of the two sub-blocks, lanes 8-15 the second: their scales' lanes (sc_j at j < 4
+  // ? j : j + 4).
   const __m512i pick[4] = {
-      _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0),
-      _mm512_set_epi32(3, 3, 3, 3, 3, 3, 3, 3, 2, 2, 2, 2, 2, 2, 2, 2),
-      _mm512_set_epi32(5, 5, 5, 5, 5, 5, 5, 5, 4, 4, 4, 4, 4, 4, 4, 4),
-      _mm512_set_epi32(7, 7, 7, 7, 7, 7, 7, 7, 6, 6, 6, 6, 6, 6, 6, 6)};
+      _mm512_set_epi32(2, 2, 2, 2, 2, 2, 2, 2, 0, 0, 0, 0, 0, 0, 0, 0),
+      _mm512_set_epi32(3, 3, 3, 3, 3, 3, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1),
+      _mm512_set_epi32(10, 10, 10, 10, 10, 10, 10, 10, 8, 8, 8, 8, 8, 8, 8, 8),
+      _mm512_set_epi32(11, 11, 11, 11, 11, 11, 11, 11, 9, 9, 9, 9, 9, 9, 9, 9)};
+  const __m512i d_dmin = _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 0, 0, 0, 0, 1, 1, 1, 1);
   for (int64_t b = 0; b < nblocks; ++b) {
+#pragma GCC unroll 4
     for (int r = 0; r < NR; ++r) {
       const uint8_t* blk = w + r * row_bytes + b * UQR_Q4_K_BYTES;
       for (int o = 0; o < UQR_Q4_K_BYTES; o += 64)  // as for q4_0: the next tile's row
         _mm_prefetch(reinterpret_cast<const char*>(blk + NR * row_bytes + o), _MM_HINT_T0);
-      uint64_t sc, mn;
-      q4_k_scales_mins(blk + 4, sc, mn);
-      const __m256 s = _mm256_mul_ps(_mm256_set1_ps(load_half(blk)),
-                                     _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128(static_cast<int64_t>(sc)))));
-      const __m256 mv = _mm256_mul_ps(_mm256_set1_ps(load_half(blk + 2)),
-                                      _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128(static_cast<int64_t>(mn)))));
+      uint64_t lo, hi;
+      q4_k_scale_min_words(blk + 4, lo, hi);
+      // d sc_j and dmin m_j in one vector: the 16 six-bit values widened together, d and dmin
+      // (two fp16 at blk) converted together and spread over their lanes.
+      uint32_t dd;
+      std::memcpy(&dd, blk, 4);
+      const __m512 smv = _mm512_mul_ps(
+          _mm512_permutexvar_ps(d_dmin, _mm512_castps128_ps512(_mm_cvtph_ps(_mm_cvtsi32_si128(static_cast<int>(dd))))),
+          _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_set_epi64x(static_cast<int64_t>(hi), static_cast<int64_t>(lo)))));
       __m512 sx[MR];
 #pragma GCC unroll 8
       for (int m = 0; m < MR; ++m) {
-        const int64_t xb = m * x.ldb + b * 8;
-        sx[m] = _mm512_zextps256_ps512(_mm256_mul_ps(s, _mm256_loadu_ps(x.d + xb)));
-        mins[r][m] = _mm256_fmadd_ps(mv, _mm256_loadu_ps(x.ds + xb), mins[r][m]);
+        sx[m] = _mm512_mul_ps(smv, _mm512_loadu_ps(x.qdx + (m * x.ldqd + b) * 16));
+        mins[r][m] = _mm512_add_ps(mins[r][m], sx[m]);
       }
-#pragma GCC unroll 4
-      for (int c = 0; c < 4; ++c) {
-        // 32 bytes hold sub-block 2c (low nibbles) and 2c+1 (high nibbles), each in element
-        // order, so [low | high] lines up with x's 64 codes of the two sub-blocks as stored.
-        const __m256i raw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 16 + 32 * c));
-        const __m512i q = _mm512_and_si512(
-            _mm512_inserti64x4(_mm512_zextsi256_si512(raw), _mm256_srli_epi16(raw, 4), 1), m4);
+#pragma GCC unroll 2
+      for (int h = 0; h < 2; ++h) {
+        const __m512i raw = _mm512_loadu_si512(blk + 16 + 64 * h);
+        const __m512i lo = _mm512_and_si512(raw, m4), hi = _mm512_and_si512(_mm512_srli_epi16(raw, 4), m4);
 #pragma GCC unroll 8
         for (int m = 0; m < MR; ++m) {
-          const __m512i xv = _mm512_loadu_si512(x.q + m * x.ldq + b * 256 + 64 * c);
-          const __m512i dot = _mm512_dpbusd_epi32(_mm512_setzero_si512(), q, xv);
-          acc[r][m] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), _mm512_permutexvar_ps(pick[c], sx[m]), acc[r][m]);
+          const int8_t* xq = x.q + m * x.ldq + b * 256 + 128 * h;
+          const __m512i dlo = _mm512_dpbusd_epi32(_mm512_setzero_si512(), lo, _mm512_loadu_si512(xq));
+          const __m512i dhi = _mm512_dpbusd_epi32(_mm512_setzero_si512(), hi, _mm512_loadu_si512(xq + 64));
+          acc[r][m] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dlo), _mm512_permutexvar_ps(pick[2 * h], sx[m]), acc[r][m]);
+          acc[r][m] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dhi), _mm512_permutexvar_ps(pick[2 * h + 1], sx[m]), acc[r][m]);
         }
       }
     }
   }
   for (int r = 0; r < NR; ++r)
-    for (int m = 0; m < MR; ++m) res[m * ld + r] = (acc0 ? res[m * ld + r] : 0.f) + (_mm512_reduce_add_ps(acc[r][m]) - hsum8(mins[r][m]));
+    for (int m = 0; m < MR; ++m)
+      res[m * ld + r] = (acc0 ? res[m * ld + r] : 0.f) +
+                        (_mm512_reduce_add_ps(acc[r][m]) - _mm512_mask_reduce_add_ps(0xF0F0, mins[r][m]));
 #else
   for (int r = 0; r < NR; ++r)
     for (int m = 0; m < MR; ++m) {
@@ -298,7 +348,7 @@ constexpr int weight_rows_per_tile() {
 
 // K elements per pass so that MR quantized rows (~2.5 bytes per element with their per-block
 // terms) stay in L1 while the work unit's weight rows stream past; a multiple of 256, so a pass
-// holds whole q4_k super-blocks and whole q4_0 block pairs.
+// holds whole q4_k super-blocks and whole q4_0 block quads.
 template <int MR>
 int64_t int8_k_chunk(int64_t K) {
   const int64_t fit = kFusedXBytes / (3 * MR) / 256 * 256;
@@ -315,9 +365,10 @@ void int8_rows(const uint8_t* w, const uqr_gemm_params& p, const QView& x, int64
   for (int64_t k0 = 0; k0 < p.K; k0 += chunk) {
     const int64_t nblocks = std::min(chunk, p.K - k0) / kElems;
     const uint8_t* wk = w + (k0 / kElems) * kBytes;
-    const int64_t xb = k0 / kQBlock, xp = k0 / (2 * kQBlock) * 8;
-    const QView xc{x.q + k0, x.d + xb, x.s + xb, x.ds + xb, x.pinit ? x.pinit + xp : nullptr,
-                   x.pdx ? x.pdx + xp : nullptr, x.ldq, x.ldb, x.ldp};
+    // per-lane groups of 16: one per q4_0 quad (128 elements), one per q4_k super-block (256)
+    const int64_t xb = k0 / kQBlock, xqd = k0 / (KQuant ? 256 : 128) * 16;
+    const QView xc{x.q + k0, x.d + xb, x.s + xb, x.ds + xb, x.qinit ? x.qinit + xqd : nullptr,
+                   x.qdx ? x.qdx + xqd : nullptr, x.ldq, x.ldb, x.ldqd};
     auto tile = [&](auto nr, int64_t n) {
       constexpr int R = decltype(nr)::value;
       float* out = res + (n - n0);
@@ -336,12 +387,13 @@ void gemm_int8(const uint8_t* w, const uqr_gemm_params& p, const float* X, int64
   const bool kquant = p.fmt == UQR_Q4_K;
   QRows xq = quantize_rows(X, R, p.K);
 #if UQR_CPU_VNNI
-  if (!kquant) pair_up_q4_0(xq, R);
+  if (kquant) interleave_q4_k(xq, R);
+  else quad_up_q4_0(xq, R);
 #endif
   fused_driver(p, R, out, [&](int rows, int64_t r0, int64_t n0, int64_t n1, float* res, int64_t ld) {
     const QView x{xq.q.data() + r0 * xq.K, xq.d.data() + r0 * xq.nb, xq.s.data() + r0 * xq.nb,
-                  xq.ds.data() + r0 * xq.nb, xq.pinit.data() + r0 * xq.np * 8, xq.pdx.data() + r0 * xq.np * 8,
-                  xq.K, xq.nb, xq.np};
+                  xq.ds.data() + r0 * xq.nb, xq.qinit.data() + r0 * xq.nq * 16, xq.qdx.data() + r0 * xq.nq * 16,
+                  xq.K, xq.nb, xq.nq};
     with_rows(rows, [&](auto mr) {
       if (kquant) int8_rows<decltype(mr)::value, true>(w, p, x, n0, n1, res, ld);
       else int8_rows<decltype(mr)::value, false>(w, p, x, n0, n1, res, ld);
