@@ -233,19 +233,15 @@ void q4_0_tile(const uint8_t* w, int64_t row_bytes, int64_t nblocks, const QView
 }
 
 // ---- q4_k ----------------------------------------------------------------------------------
-// The 12 scale bytes as 64- and 32-bit little-endian words give all eight 6-bit scales and mins
-// with a few masks and shifts (the layout of uqr_q4_k_scale_min, eight values per word at once):
-// lo = bytes [sc_0..3 | m_0..3], hi = [sc_4..7 | m_4..7].
+// All eight 6-bit scales and mins from the 12 scale bytes as three little-endian words, through
+// the shared word-wise unpack of formats.h: lo = bytes [sc_0..3 | m_0..3], hi = [sc_4..7 | m_4..7].
 inline void q4_k_scale_min_words(const uint8_t* s12, uint64_t& lo, uint64_t& hi) {
-  uint64_t ab;
-  uint32_t c;
-  std::memcpy(&ab, s12, 8);
-  std::memcpy(&c, s12 + 8, 4);
-  lo = ab & 0x3F3F3F3F3F3F3F3Full;
-  // low nibbles of c (sc_4..7), high nibbles of c (m_4..7) in the upper word; bits 6-7 of bytes
-  // 0-3 (sc) and 4-7 (m) as their bits 4-5. The stray bits of c << 28 land in masked-off nibbles.
-  const uint64_t cc = (static_cast<uint64_t>(c) | (static_cast<uint64_t>(c) << 28)) & 0x0F0F0F0F0F0F0F0Full;
-  hi = cc | ((ab >> 2) & 0x3030303030303030ull);
+  uint32_t w[3], sc, mn;
+  std::memcpy(w, s12, 12);
+  uqr_q4_k_scale_min_words(w[0], w[1], w[2], false, sc, mn);
+  lo = sc | (static_cast<uint64_t>(mn) << 32);
+  uqr_q4_k_scale_min_words(w[0], w[1], w[2], true, sc, mn);
+  hi = sc | (static_cast<uint64_t>(mn) << 32);
 }
 
 inline void q4_k_scales_mins(const uint8_t* s12, uint64_t& sc, uint64_t& mn) {

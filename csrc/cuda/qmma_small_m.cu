@@ -117,6 +117,11 @@ __device__ __forceinline__ uint32_t u32_at2(const uint8_t* p) {
   return __byte_perm(h[0], h[1], 0x5410);
 }
 __device__ __forceinline__ uint32_t u32_at4(const uint8_t* p) { return *reinterpret_cast<const uint32_t*>(p); }
+// A word at offset 2 mod 4 of block j of an 18- or 34-byte format (q4_0, q8_0) in a stage row that
+// starts 16-byte aligned: such offsets are word-aligned exactly for odd j, so odd blocks take one
+// 4-byte load instead of two 2-byte loads and a permute (j's parity is a compile-time constant in
+// the unrolled sub-block loop).
+__device__ __forceinline__ uint32_t u32_in_block(const uint8_t* p, int j) { return (j & 1) ? u32_at4(p) : u32_at2(p); }
 
 // Four codes of one row from the 4 bytes w that hold elements e..e+3 in their low nibbles and
 // e+16..e+19 in their high nibbles (GGUF q4 layout): r = k-step 0 {(e, e+2), (e+1, e+3)},
@@ -128,6 +133,17 @@ __device__ __forceinline__ void gguf_nibbles(uint32_t w, uint32_t (&r)[4]) {
   r[2] = code_pair<T>(w, 4);
   r[3] = code_pair<T>(w, 12);
 }
+
+// Scales of a stage row's sub-blocks from js0 on: at(u) = (a, b) of sub-block js0 + u (w = a q + b),
+// read per sub-block through F::scale. Each format names its kind as F::Scales; q4_k's unpacks its
+// word-packed scales once for four sub-blocks instead (Traits<UQR_Q4_K>::WordScales).
+template <class F>
+struct BlockScales {
+  const uint8_t* row;
+  int js0;
+  __device__ BlockScales(const uint8_t* r, int j) : row(r), js0(j) {}
+  __device__ float2 at(int u) const { return F::scale(row + ((js0 + u) / F::kSubs) * F::kBytes, (js0 + u) % F::kSubs); }
+};
 
 // Format traits. For sub-block s (32 elements) of a block and lane c (0..3) of a fragment row:
 //   codes()  -> the row's A registers [k-step 0 a0, a2, k-step 1 a0, a2]; each holds the pair of
@@ -143,14 +159,11 @@ template <>
 struct Traits<UQR_Q4_0> {
   static constexpr int kElems = 32, kSubs = 1;
   static constexpr bool kOffset = false, kWideX = false;  // codes carry the -8 (minus_code)
-  static constexpr bool kWordScales = false;
   static constexpr int kBytes = UQR_Q4_0_BYTES;
+  using Scales = BlockScales<Traits>;
   template <typename T>
   __device__ static void codes(const uint8_t* blk, int j, int, int c, uint32_t (&r)[4]) {
-    // Stage rows start 16-byte aligned, so odd blocks' codes (18 j + 2) are word-aligned: one
-    // 4-byte load instead of two 2-byte loads and a permute (j's parity is a compile-time constant
-    // in the unrolled loop).
-    gguf_nibbles<T>((j & 1) ? u32_at4(blk + 2 + 4 * c) : u32_at2(blk + 2 + 4 * c), r);
+    gguf_nibbles<T>(u32_in_block(blk + 2 + 4 * c, j), r);
 #pragma unroll
     for (int i = 0; i < 4; ++i) r[i] = minus_code<T>(r[i], 8);
   }
@@ -160,8 +173,9 @@ struct Traits<UQR_Q4_0> {
 template <>
 struct Traits<UQR_Q4_1> {
   static constexpr int kElems = 32, kSubs = 1;
-  static constexpr bool kOffset = true, kWideX = false, kWordScales = false;
+  static constexpr bool kOffset = true, kWideX = false;
   static constexpr int kBytes = UQR_Q4_1_BYTES;
+  using Scales = BlockScales<Traits>;
   template <typename T>
   __device__ static void codes(const uint8_t* blk, int, int, int c, uint32_t (&r)[4]) {
     gguf_nibbles<T>(u32_at4(blk + 4 + 4 * c), r);
@@ -172,8 +186,9 @@ struct Traits<UQR_Q4_1> {
 template <>
 struct Traits<UQR_Q8_0> {
   static constexpr int kElems = 32, kSubs = 1;
-  static constexpr bool kOffset = false, kWideX = false, kWordScales = false;
+  static constexpr bool kOffset = false, kWideX = false;
   static constexpr int kBytes = UQR_Q8_0_BYTES;
+  using Scales = BlockScales<Traits>;
   template <typename T>
   __device__ static uint32_t pack2(uint32_t w, int i, int j) {
     // Signed bytes i and j of w -> two exact T values (|q| <= 128 fits either mantissa).
@@ -189,9 +204,7 @@ struct Traits<UQR_Q8_0> {
   }
   template <typename T>
   __device__ static void codes(const uint8_t* blk, int j, int, int c, uint32_t (&r)[4]) {
-    // Odd blocks (34 j + 2) are word-aligned, as for q4_0.
-    const uint32_t w0 = (j & 1) ? u32_at4(blk + 2 + 4 * c) : u32_at2(blk + 2 + 4 * c);
-    const uint32_t w1 = (j & 1) ? u32_at4(blk + 18 + 4 * c) : u32_at2(blk + 18 + 4 * c);
+    const uint32_t w0 = u32_in_block(blk + 2 + 4 * c, j), w1 = u32_in_block(blk + 18 + 4 * c, j);
     r[0] = pack2<T>(w0, 0, 2);
     r[1] = pack2<T>(w0, 1, 3);
     r[2] = pack2<T>(w1, 0, 2);
@@ -203,7 +216,7 @@ struct Traits<UQR_Q8_0> {
 template <>
 struct Traits<UQR_Q4_K> {
   static constexpr int kElems = 256, kSubs = 8;
-  static constexpr bool kOffset = true, kWideX = false, kWordScales = true;
+  static constexpr bool kOffset = true, kWideX = false;
   static constexpr int kBytes = UQR_Q4_K_BYTES;
   template <typename T>
   __device__ static void codes(const uint8_t* blk, int, int s, int c, uint32_t (&r)[4]) {
@@ -216,31 +229,35 @@ struct Traits<UQR_Q4_K> {
     r[2] = code_pair<T>(w1, sh);
     r[3] = code_pair<T>(w1, sh + 8);
   }
-  // Scales of sub-blocks js0 .. js0 + 3 of a stage row (js0 a multiple of 4: one half
-  // super-block): d, dmin and the 6-bit scale / min words are read once for the four, and each
-  // sub-block's pair is two byte extracts and two multiplies.
+  // Scales of a stage row's sub-blocks js0, js0 + 1, ... within one half super-block (the caller
+  // steps by 1, 2 or 4 from a multiple of that): d, dmin and the 6-bit scale / min words are read
+  // once, and each sub-block's pair is two byte extracts and two multiplies.
   struct WordScales {
     float d, dmin;
     uint32_t sc, mn;
-    __device__ WordScales(const uint8_t* row, int js0) {
+    int sh;
+    __device__ WordScales(const uint8_t* row, int js0) : sh(8 * (js0 & 3)) {
       const uint8_t* blk = row + (js0 / kSubs) * kBytes;
       const uint32_t dd = u32_at4(blk);
       d = __half2float(__ushort_as_half(static_cast<unsigned short>(dd & 0xFFFFu)));
       dmin = __half2float(__ushort_as_half(static_cast<unsigned short>(dd >> 16)));
       uqr_q4_k_scale_min_words(u32_at4(blk + 4), u32_at4(blk + 8), u32_at4(blk + 12), (js0 % kSubs) >= 4, sc, mn);
     }
-    __device__ float2 at(int u) const {  // u = sub-block - js0 + (js0 % 4)
-      return make_float2(d * static_cast<float>((sc >> (8 * u)) & 0xFFu), -dmin * static_cast<float>((mn >> (8 * u)) & 0xFFu));
+    __device__ float2 at(int u) const {
+      return make_float2(d * static_cast<float>((sc >> (sh + 8 * u)) & 0xFFu),
+                         -dmin * static_cast<float>((mn >> (sh + 8 * u)) & 0xFFu));
     }
   };
+  using Scales = WordScales;
 };
 
 // mlx4 with its group size as a template argument (32, 64, 128).
 template <int G>
 struct Mlx4 {
   static constexpr int kElems = G, kSubs = G / 32;
-  static constexpr bool kOffset = true, kWideX = true, kWordScales = false;
+  static constexpr bool kOffset = true, kWideX = true;
   static constexpr int kBytes = 4 + G / 2;
+  using Scales = BlockScales<Mlx4>;
   template <typename T>
   __device__ static void codes(const uint8_t* blk, int, int s, int c, uint32_t (&r)[4]) {
     // Byte i: element 2i (low nibble), 2i + 1 (high). Lane c takes bytes 16s + 4c..+3, i.e. the 8
@@ -258,8 +275,8 @@ template <>
 struct Traits<UQR_TERNARY> {
   static constexpr int kElems = 32, kSubs = 1;
   static constexpr bool kOffset = false, kWideX = false;  // codes carry the -1 (minus_code)
-  static constexpr bool kWordScales = false;
   static constexpr int kBytes = UQR_TERNARY_BYTES;
+  using Scales = BlockScales<Traits>;
   template <typename T>
   __device__ static void codes(const uint8_t* blk, int, int, int c, uint32_t (&r)[4]) {
     // Code byte j: elements 4j..4j+3, 2 bits each. Lane c takes code bytes c (k-step 0) and 4 + c.
@@ -290,24 +307,6 @@ __device__ __forceinline__ T from_float(float v) {
   if constexpr (std::is_same<T, __nv_bfloat16>::value) return __float2bfloat16_rn(v);
   else return __float2half_rn(v);
 }
-
-// Scales of a stage row's sub-blocks from js0 on: at(u) = (a, b) of sub-block js0 + u (w = a q + b).
-// Formats with word-packed scales (q4_k) unpack them once per four sub-blocks (F::WordScales).
-template <class F>
-struct BlockScales {
-  const uint8_t* row;
-  int js0;
-  __device__ BlockScales(const uint8_t* r, int j) : row(r), js0(j) {}
-  __device__ float2 at(int u) const { return F::scale(row + ((js0 + u) / F::kSubs) * F::kBytes, (js0 + u) % F::kSubs); }
-};
-template <class F, bool kWord = F::kWordScales>
-struct ScalesOf {
-  using type = BlockScales<F>;
-};
-template <class F>
-struct ScalesOf<F, true> {
-  using type = typename F::WordScales;
-};
 
 // Sub-blocks unrolled per loop trip: 4 at one column tile, 2 at two (whose MMAs already give the
 // scheduler independent work; 4 would cost registers and so occupancy), except mlx4, whose wide x
@@ -416,10 +415,7 @@ __global__ void __launch_bounds__(kMaxWarpsK * 32) __maxnreg__((max_regs<F, NT>(
 #pragma unroll 1
     for (int jq = 0; jq < kStageBlocks * F::kSubs / U; ++jq) {
       const int jb = jq * U;
-      // WordScales reads whole half super-blocks: index it from the 4-aligned sub-block.
-      using Scales = typename ScalesOf<F>::type;
-      const int js_scales = F::kWordScales ? (jb & ~3) : jb, u_off = F::kWordScales ? (jb & 3) : 0;
-      const Scales sg(buf + g * sb, js_scales), sg8(buf + (g + 8) * sb, js_scales);
+      const typename F::Scales sg(buf + g * sb, jb), sg8(buf + (g + 8) * sb, jb);
 #pragma unroll
       for (int u = 0; u < U; ++u) {
         const int js = jb + u, j = js / F::kSubs, s = js % F::kSubs;
@@ -429,7 +425,7 @@ __global__ void __launch_bounds__(kMaxWarpsK * 32) __maxnreg__((max_regs<F, NT>(
         F::template codes<T>(blk_g + 8 * sb, j, s, c, rg8);
         const uint32_t a0[4] = {rg[0], rg8[0], rg[1], rg8[1]};
         const uint32_t a1[4] = {rg[2], rg8[2], rg[3], rg8[3]};
-        const float2 s_g = sg.at(u + u_off), s_g8 = sg8.at(u + u_off);
+        const float2 s_g = sg.at(u), s_g8 = sg8.at(u);
 #pragma unroll
         for (int t = 0; t < NT; ++t) {
           uint32_t b00, b01, b10, b11;
