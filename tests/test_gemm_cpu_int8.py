@@ -1,7 +1,8 @@
-"""Path "int8" on CPU: x rounded to int8 (one fp32 scale per 32 elements), integer dot products.
+"""Path "int8" on CPU: x rounded to int8 (one fp32 scale per 32 elements for q4_0, per 256 for
+q4_k), integer dot products.
 
 Two references: the float64 product of the SAME int8-rounded x (done here in torch, the rule of
-docs/operator.md: scale = amax / 127, codes = round-half-even(x / scale), all-zero block -> 0),
+docs/operator.md: scale = amax / 127, codes = round-half-even(x / scale), all-zero span -> 0),
 which checks the kernel's integer math to fp32 accumulation error; and the plain float64
 product, which bounds what the activation rounding costs (INT8_VS_EXACT). Outputs are NaN-poisoned.
 """
@@ -38,11 +39,16 @@ def rows_of(x: torch.Tensor, in_heads: bool) -> torch.Tensor:
     return xt.reshape(*xt.shape[:-2], -1)
 
 
-def int8_round(rows: torch.Tensor) -> torch.Tensor:
+# Elements per x scale: q4_0 one per 32-element block, q4_k one per 256-element super-block (its
+# eight sub-block dots are scaled in integers, as llama.cpp's q8_K).
+X_SPAN = {"q4_0": 32, "q4_k": 256}
+
+
+def int8_round(rows: torch.Tensor, span: int = 32) -> torch.Tensor:
     """The kernel's activation rounding, in fp32 arithmetic as the kernel does it, returned as
-    the float64 values the integer codes stand for (code * scale)."""
+    the float64 values the integer codes stand for (code * scale); one scale per ``span``."""
     xf = rows.float()
-    blocks = xf.reshape(-1, 32)
+    blocks = xf.reshape(-1, span)
     d = blocks.abs().amax(dim=1, keepdim=True) / 127.0
     inv = torch.where(d != 0, 1.0 / d, torch.zeros_like(d))
     q = torch.round(blocks * inv)  # round half to even, as the kernel's conversion
@@ -50,9 +56,9 @@ def int8_round(rows: torch.Tensor) -> torch.Tensor:
 
 
 def check(y: torch.Tensor, x: torch.Tensor, W: torch.Tensor, dtype, what: str, out_heads: int = 0,
-          in_heads: bool = False) -> None:
+          in_heads: bool = False, fmt: str = "q4_0") -> None:
     rows = rows_of(x, in_heads)
-    ref_same = reference(int8_round(rows), W, out_heads)
+    ref_same = reference(int8_round(rows, X_SPAN[fmt]), W, out_heads)
     ref_exact = reference(rows, W, out_heads)
     assert y.shape == ref_exact.shape and y.dtype == dtype, f"{what}: {y.shape} {y.dtype}"
     assert bool(torch.isfinite(y).all()), f"{what}: non-finite output (unwritten element?) seed={SEED}"
@@ -73,18 +79,19 @@ def check(y: torch.Tensor, x: torch.Tensor, W: torch.Tensor, dtype, what: str, o
 def test_int8_matches_same_rounding(fmt, M, dtype):
     qt, W = weights(fmt, None, N_ODD, K)
     x = randn(2, M, K, dtype=dtype)  # a batch dim too
-    check(uqr.gemm(x, qt, path="int8"), x, W, dtype, f"{fmt} M={M} {dtype}")
+    check(uqr.gemm(x, qt, path="int8"), x, W, dtype, f"{fmt} M={M} {dtype}", fmt=fmt)
 
 
 @pytest.mark.parametrize("fmt", FORMATS)
 def test_int8_zero_blocks_and_rows(fmt):
     qt, W = weights(fmt, None, N_ODD, K)
     x = randn(3, K) * 4.0
-    x[0, 32:64] = 0.0   # one all-zero block: scale 0, no division by zero
+    x[0, 32:64] = 0.0   # one all-zero block: scale 0 for q4_0, no division by zero
+    x[0, 256:] = 0.0    # an all-zero span of q4_k's one scale per 256
     x[1] = 0.0          # a whole zero row: y exactly 0
-    x[2, :32] = 1e-3    # a tiny block next to large ones keeps its own scale
+    x[2, :32] = 1e-3    # a tiny block next to large ones: its own scale (q4_0), the span's (q4_k)
     y = uqr.gemm(x, qt, path="int8")
-    check(y, x, W, torch.float32, f"{fmt} zero blocks")
+    check(y, x, W, torch.float32, f"{fmt} zero blocks", fmt=fmt)
     assert bool((y[1] == 0).all())
 
 
@@ -93,9 +100,11 @@ def test_int8_zero_blocks_and_rows(fmt):
 def test_int8_head_layouts(fmt, M):
     qt, W = weights(fmt, None, N_ODD, K)
     x = randn(2, 4, M, K // 4)  # [B, H, M, D], read head-strided
-    check(uqr.gemm(x, qt, in_heads=True, path="int8"), x, W, torch.float32, f"{fmt} in_heads", in_heads=True)
+    check(uqr.gemm(x, qt, in_heads=True, path="int8"), x, W, torch.float32, f"{fmt} in_heads", in_heads=True,
+          fmt=fmt)
     x2 = randn(2, M, K, dtype=torch.bfloat16)
-    check(uqr.gemm(x2, qt, out_heads=7, path="int8"), x2, W, torch.bfloat16, f"{fmt} out_heads", out_heads=7)
+    check(uqr.gemm(x2, qt, out_heads=7, path="int8"), x2, W, torch.bfloat16, f"{fmt} out_heads", out_heads=7,
+          fmt=fmt)
 
 
 def test_int8_auto_is_unchanged():
@@ -158,4 +167,4 @@ def test_int8_q4_k_every_row_count(K_k, N):
     qt, W = weights("q4_k", None, N, K_k)
     for M in range(1, 10):
         x = randn(2, M, K_k)
-        check(uqr.gemm(x, qt, path="int8"), x, W, torch.float32, f"q4_k N={N} K={K_k} M={M}")
+        check(uqr.gemm(x, qt, path="int8"), x, W, torch.float32, f"q4_k N={N} K={K_k} M={M}", fmt="q4_k")

@@ -1,5 +1,6 @@
-// Path "int8": activations quantized to int8 (one fp32 scale per 32 elements), weights' 4-bit
-// codes multiplied in with integer dot products (u8 x s8 -> int32, AVX-512 VNNI's vpdpbusd).
+// Path "int8": activations quantized to int8 (one fp32 scale per 32 elements for q4_0, per 256 for
+// q4_k), weights' 4-bit codes multiplied in with integer dot products (u8 x s8 -> int32, AVX-512
+// VNNI's vpdpbusd).
 //
 // Why: the fp32 fused kernel widens every nibble to a float lane (permutes and broadcasts on
 // port 5, ~9-12 cycles per 32-weight block measured); one vpdpbusd consumes 32 nibbles against
@@ -8,7 +9,8 @@
 //
 // Integer identities used (x_s8 = round(x / dx), sx = sum of the block's x_s8):
 //   q4_0: sum_j d (q_j - 8) x_j  ~  d dx (dot(q, x_s8) - 8 sx)
-//   q4_k: sub-block j of a super-block: d sc_j dx dot(q, x_s8) - dmin m_j dx sx
+//   q4_k: per super-block (one dx): d dx sum_j sc_j dot_j(q, x_s8) - dmin dx sum_j m_j sx_j, both
+//         sums over the 8 sub-blocks in integers
 #include <ATen/Parallel.h>
 
 #include <algorithm>
@@ -20,7 +22,8 @@
 #include "kernels.h"
 #include "uqr/formats.h"
 
-#if defined(__AVX512VNNI__) && defined(__AVX512VL__) && defined(__AVX512VBMI__) && UQR_CPU_AVX512
+#if defined(__AVX512VNNI__) && defined(__AVX512VL__) && defined(__AVX512VBMI__) && defined(__GFNI__) && \
+    UQR_CPU_AVX512
 #define UQR_CPU_VNNI 1
 #else
 #define UQR_CPU_VNNI 0
@@ -31,7 +34,8 @@ namespace {
 
 constexpr int kQBlock = 32;
 
-// Activation rows in int8: q[R][K], per 32-element block d (scale) and s (sum of the int8 codes).
+// Activation rows in int8: q[R][K], per 32-element block d (scale: the block's for q4_0, its
+// super-block's for q4_k) and s (sum of the int8 codes).
 struct QRows {
   int64_t K = 0, nb = 0;
   std::vector<int8_t> q;
@@ -39,30 +43,22 @@ struct QRows {
   std::vector<int32_t> s;
   std::vector<float> ds;  // d * s: the block's sum of x as the codes give it (q4_k's min term)
   // With VNNI, per-lane terms in groups of 16 per row: q4_0 one group per block quad (quad_up_q4_0:
-  // qinit, qdx), q4_k one per super-block (interleave_q4_k: qdx = the d and ds of its 8 blocks).
+  // qinit, qdx), q4_k one per super-block (interleave_q4_k: qdx lane 0 = dx, qinit = the 8 block
+  // sums as int16 words).
   int64_t nq = 0;
   std::vector<int32_t> qinit;
   std::vector<float> qdx;
 };
 
-void quantize_block(const float* x, int8_t* q, float& d_out, int32_t& s_out) {
-#if UQR_CPU_AVX512
-  const __m512 a = _mm512_loadu_ps(x), b = _mm512_loadu_ps(x + 16);
-  const float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(a), _mm512_abs_ps(b)));
-#else
-  float amax = 0.f;
-  for (int i = 0; i < kQBlock; ++i) amax = std::max(amax, std::fabs(x[i]));
-#endif
-  const float d = amax / 127.f;
-  const float id = d != 0.f ? 1.f / d : 0.f;
-  d_out = d;
+// Codes of 32 elements at 1/d = id (round half to even, as std::nearbyint): returns their sum.
+int32_t encode_block(const float* x, float id, int8_t* q) {
 #if UQR_CPU_AVX512
   // cvtps rounds with MXCSR's default mode, nearest-even: the same as std::nearbyint below.
-  const __m512i qa = _mm512_cvtps_epi32(_mm512_mul_ps(a, _mm512_set1_ps(id)));
-  const __m512i qb = _mm512_cvtps_epi32(_mm512_mul_ps(b, _mm512_set1_ps(id)));
+  const __m512i qa = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_loadu_ps(x), _mm512_set1_ps(id)));
+  const __m512i qb = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_loadu_ps(x + 16), _mm512_set1_ps(id)));
   _mm_storeu_si128(reinterpret_cast<__m128i*>(q), _mm512_cvtsepi32_epi8(qa));
   _mm_storeu_si128(reinterpret_cast<__m128i*>(q + 16), _mm512_cvtsepi32_epi8(qb));
-  s_out = _mm512_reduce_add_epi32(_mm512_add_epi32(qa, qb));
+  return _mm512_reduce_add_epi32(_mm512_add_epi32(qa, qb));
 #else
   int32_t s = 0;
   for (int i = 0; i < kQBlock; ++i) {
@@ -70,11 +66,35 @@ void quantize_block(const float* x, int8_t* q, float& d_out, int32_t& s_out) {
     q[i] = static_cast<int8_t>(std::clamp(v, -128, 127));
     s += q[i];
   }
-  s_out = s;
+  return s;
 #endif
 }
 
-QRows quantize_rows(const float* X, int64_t R, int64_t K) {
+float abs_max(const float* x, int64_t n) {
+#if UQR_CPU_AVX512
+  __m512 m = _mm512_setzero_ps();
+  for (int64_t i = 0; i < n; i += 16) m = _mm512_max_ps(m, _mm512_abs_ps(_mm512_loadu_ps(x + i)));
+  return _mm512_reduce_max_ps(m);
+#else
+  float amax = 0.f;
+  for (int64_t i = 0; i < n; ++i) amax = std::max(amax, std::fabs(x[i]));
+  return amax;
+#endif
+}
+
+// One scale d = amax / 127 for `span` elements (32, or 256 for q4_k: one per super-block, so
+// that a super-block's sub-block dots add up in integers); per 32-element block its d (the
+// span's) and code sum s.
+void quantize_span(const float* x, int64_t span, int8_t* q, float* d_out, int32_t* s_out) {
+  const float d = abs_max(x, span) / 127.f;
+  const float id = d != 0.f ? 1.f / d : 0.f;
+  for (int64_t b = 0; b < span / kQBlock; ++b) {
+    d_out[b] = d;
+    s_out[b] = encode_block(x + b * kQBlock, id, q + b * kQBlock);
+  }
+}
+
+QRows quantize_rows(const float* X, int64_t R, int64_t K, int64_t span) {
   QRows xq;
   xq.K = K;
   xq.nb = K / kQBlock;
@@ -82,10 +102,11 @@ QRows quantize_rows(const float* X, int64_t R, int64_t K) {
   xq.d.resize(static_cast<size_t>(R * xq.nb));
   xq.s.resize(static_cast<size_t>(R * xq.nb));
   xq.ds.resize(static_cast<size_t>(R * xq.nb));
-  at::parallel_for(0, R * xq.nb, 1024, [&](int64_t begin, int64_t end) {
+  const int64_t per = span / kQBlock;
+  at::parallel_for(0, R * K / span, std::max<int64_t>(1, 32768 / span), [&](int64_t begin, int64_t end) {
     for (int64_t i = begin; i < end; ++i) {
-      quantize_block(X + i * kQBlock, xq.q.data() + i * kQBlock, xq.d[i], xq.s[i]);
-      xq.ds[i] = xq.d[i] * static_cast<float>(xq.s[i]);
+      quantize_span(X + i * span, span, xq.q.data() + i * span, xq.d.data() + i * per, xq.s.data() + i * per);
+      for (int64_t b = i * per; b < (i + 1) * per; ++b) xq.ds[b] = xq.d[b] * static_cast<float>(xq.s[b]);
     }
   });
   return xq;
@@ -135,15 +156,17 @@ void quad_up_q4_0(QRows& xq, int64_t R) {
 // q4_k: a super-block's x codes stored as sub-blocks 0 2 1 3 4 6 5 7, so that one 512-bit load
 // of 64 code bytes (two 32-byte groups, each a low-nibble and a high-nibble sub-block) lines up
 // its low nibbles with sub-blocks 4h, 4h+2 and its high nibbles with 4h+1, 4h+3. Per super-block
-// also the d and ds of its 8 blocks as one vector: the scale and min terms in one multiply.
+// also (group of 16 lanes) its x scale dx (qdx lane 0) and, as int16 words 4-7 and 12-15 of qinit
+// (the others 0), its eight sub-block code sums: the places of the mins m_0..3, m_4..7 in
+// q4_k_tile's word vector of scales and mins, so one vpmaddwd gives the min term's sum.
 void interleave_q4_k(QRows& xq, int64_t R) {
   xq.nq = xq.K / 256;
-  xq.qdx.resize(static_cast<size_t>(R * xq.nq * 16));
+  xq.qdx.assign(static_cast<size_t>(R * xq.nq * 16), 0.f);
+  xq.qinit.assign(static_cast<size_t>(R * xq.nq * 16), 0);
   for (int64_t i = 0; i < R * xq.nq; ++i) {
-    for (int g = 0; g < 2; ++g) {  // lanes [d_0..3 | ds_0..3 | d_4..7 | ds_4..7], as q4_k_tile's
-      std::memcpy(xq.qdx.data() + i * 16 + 8 * g, xq.d.data() + i * 8 + 4 * g, 4 * sizeof(float));
-      std::memcpy(xq.qdx.data() + i * 16 + 8 * g + 4, xq.ds.data() + i * 8 + 4 * g, 4 * sizeof(float));
-    }
+    xq.qdx[i * 16] = xq.d[i * 8];
+    int16_t* sums = reinterpret_cast<int16_t*>(xq.qinit.data() + i * 16);
+    for (int j = 0; j < 8; ++j) sums[(j < 4 ? 4 : 8) + j] = static_cast<int16_t>(xq.s[i * 8 + j]);
     int8_t* q = xq.q.data() + i * 256;
     for (int h = 0; h < 2; ++h) {
       int8_t tmp[32];
@@ -251,67 +274,117 @@ inline void q4_k_scales_mins(const uint8_t* s12, uint64_t& sc, uint64_t& mn) {
   mn = (lo >> 32) | (hi & 0xFFFFFFFF00000000ull);
 }
 
+// vpermb indices (even bytes; the odd ones are zeroed by the mask) that put row r's sub-block
+// scales (128-bit lane r of the unpacked bytes [sc_0..3 | m_0..3 | sc_4..7 | m_4..7]) where
+// q4_k_tile's packed dots of half h have their sub-blocks: in 128-bit lane k, words 0-3 are
+// sub-block 4h + 2 (k >> 1) (low nibbles), words 4-7 the next one (high nibbles).
+struct ScalePick {
+  alignas(64) uint8_t idx[4][2][64];
+  constexpr ScalePick() : idx{} {
+    for (int r = 0; r < 4; ++r)
+      for (int h = 0; h < 2; ++h)
+        for (int w = 0; w < 32; ++w) {
+          const int j = 4 * h + 2 * (w / 16) + (w % 8) / 4;
+          idx[r][h][2 * w] = idx[r][h][2 * w + 1] = static_cast<uint8_t>(16 * r + (j < 4 ? j : j + 4));
+        }
+  }
+};
+constexpr ScalePick kScalePick{};
+
 template <int MR, int NR>
 void q4_k_tile(const uint8_t* w, int64_t row_bytes, int64_t nblocks, const QView& x, float* res, int64_t ld,
                bool acc0) {
 #if UQR_CPU_VNNI
-  // The scale terms per super-block are one 16-lane vector, lanes [sc_0..3 | m_0..3 | sc_4..7 |
-  // m_4..7] (q4_k_scale_min_words' order). acc: the scaled dots; mins: the m terms (lanes 4-7
-  // and 12-15; the others unused).
-  __m512 acc[NR][MR], mins[NR][MR];
-  for (int r = 0; r < NR; ++r)
-    for (int m = 0; m < MR; ++m) acc[r][m] = _mm512_setzero_ps(), mins[r][m] = _mm512_setzero_ps();
+  // x has one scale per super-block, so a super-block's eight sub-block dots are scaled in
+  // integers: vpdpbusd per 64 code bytes, the low- and high-nibble dots packed into int16 words,
+  // vpmaddwd / vpdpwssd with the 6-bit scales in the matching words; one conversion and FMA per
+  // super-block and row (d dx). The NR rows' 16 head bytes (d, dmin, 12 scale bytes) share one
+  // 512-bit register (row r in lane r): the 6-bit unpack, the fp16 conversion and the min term
+  // dmin dx sum_j m_j sx_j (vpmaddwd against qinit's sums, two rows per vector) run once for all.
+  constexpr int NP = (NR + 1) / 2;  // row pairs
+  __m512 acc[NR][MR], mins[NP][MR];
+  for (int m = 0; m < MR; ++m) {
+    for (int r = 0; r < NR; ++r) acc[r][m] = _mm512_setzero_ps();
+    for (int i = 0; i < NP; ++i) mins[i][m] = _mm512_setzero_ps();
+  }
   const __m512i m4 = _mm512_set1_epi8(0x0F);
-  // Code bytes 64h .. 64h+63 (one 512-bit load) hold sub-blocks 4h, 4h+2 in their low nibbles and
-  // 4h+1, 4h+3 in their high nibbles (interleave_q4_k stores x to match); lanes 0-7 of a dot are
-  // the first of the two sub-blocks, lanes 8-15 the second: their scales' lanes (sc_j at j < 4
-  // ? j : j + 4).
-  const __m512i pick[4] = {
-      _mm512_set_epi32(2, 2, 2, 2, 2, 2, 2, 2, 0, 0, 0, 0, 0, 0, 0, 0),
-      _mm512_set_epi32(3, 3, 3, 3, 3, 3, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1),
-      _mm512_set_epi32(10, 10, 10, 10, 10, 10, 10, 10, 8, 8, 8, 8, 8, 8, 8, 8),
-      _mm512_set_epi32(11, 11, 11, 11, 11, 11, 11, 11, 9, 9, 9, 9, 9, 9, 9, 9)};
-  const __m512i d_dmin = _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 0, 0, 0, 0, 1, 1, 1, 1);
+  const __m512i shr4 = _mm512_set1_epi64(0x1020408000000000ll);  // gf2p8affine: byte >> 4
+  // Per lane: X1 = scale bytes [0..7 | 8..11 | 8..11], X2 = [0 x 8 | 0..7] (head offset 4).
+  const __m512i sh1 = _mm512_broadcast_i32x4(_mm_setr_epi8(4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 12, 13, 14, 15));
+  const __m512i sh2 = _mm512_broadcast_i32x4(_mm_setr_epi8(-1, -1, -1, -1, -1, -1, -1, -1, 4, 5, 6, 7, 8, 9, 10, 11));
+  const __m512i keep1 = _mm512_broadcast_i32x4(_mm_setr_epi8(63, 63, 63, 63, 63, 63, 63, 63, 15, 15, 15, 15, 0, 0, 0, 0));
+  const __m512i keep2 = _mm512_broadcast_i32x4(_mm_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 15, 15, 15, 15));
+  const __m512i c30 = _mm512_set1_epi8(0x30);
+  const __m512i dpick = _mm512_zextsi256_si512(_mm256_setr_epi16(0, 1, 8, 9, 16, 17, 24, 25, 0, 0, 0, 0, 0, 0, 0, 0));
   for (int64_t b = 0; b < nblocks; ++b) {
+    const uint8_t* blk0 = w + b * UQR_Q4_K_BYTES;
+    __m512i head = _mm512_zextsi128_si512(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk0)));
+    if constexpr (NR > 1)
+      head = _mm512_inserti32x4(head, _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk0 + row_bytes)), 1);
+    if constexpr (NR > 2) {
+      head = _mm512_inserti32x4(head, _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk0 + 2 * row_bytes)), 2);
+      head = _mm512_inserti32x4(head, _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk0 + 3 * row_bytes)), 3);
+    }
+    // 6-bit unpack (formats.h's rule): sc_j = s_j & 63, m_j = s_{j+4} & 63 (j < 4); sc_j =
+    // (s_{j+4} & 15) | (s_{j-4} >> 6) << 4, m_j = (s_{j+4} >> 4) | (s_j >> 6) << 4 (j >= 4).
+    const __m512i x1 = _mm512_shuffle_epi8(head, sh1), x2 = _mm512_shuffle_epi8(head, sh2);
+    const __m512i low = _mm512_ternarylogic_epi32(_mm512_and_si512(x1, keep1), _mm512_srli_epi16(x1, 4), keep2, 0xF8);
+    const __m512i scales = _mm512_ternarylogic_epi32(low, _mm512_srli_epi16(x2, 2), c30, 0xF8);  // a | (b & c)
+    // [d_0, dmin_0, d_1, dmin_1, ...] as fp32
+    const __m256 dd = _mm256_cvtph_ps(_mm512_castsi512_si128(_mm512_permutexvar_epi16(dpick, head)));
+    __m512i mwords[NP];
+    mwords[0] = _mm512_cvtepu8_epi16(_mm512_castsi512_si256(scales));
+    if constexpr (NP > 1) mwords[1] = _mm512_cvtepu8_epi16(_mm512_extracti64x4_epi64(scales, 1));
+    __m512 f[MR];  // [d dx, dmin dx] per row
+#pragma GCC unroll 8
+    for (int m = 0; m < MR; ++m) {
+      const int64_t qi = (m * x.ldqd + b) * 16;
+      f[m] = _mm512_zextps256_ps512(_mm256_mul_ps(dd, _mm256_set1_ps(x.qdx[qi])));
+      const __m512i sums = _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.qinit + qi)));
+#pragma GCC unroll 2
+      for (int i = 0; i < NP; ++i) {
+        const __m512i dm = _mm512_setr_epi32(4 * i + 1, 4 * i + 1, 4 * i + 1, 4 * i + 1, 4 * i + 1, 4 * i + 1, 4 * i + 1,
+                                             4 * i + 1, 4 * i + 3, 4 * i + 3, 4 * i + 3, 4 * i + 3, 4 * i + 3, 4 * i + 3,
+                                             4 * i + 3, 4 * i + 3);
+        mins[i][m] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_madd_epi16(mwords[i], sums)),
+                                     _mm512_permutexvar_ps(dm, f[m]), mins[i][m]);
+      }
+    }
 #pragma GCC unroll 4
     for (int r = 0; r < NR; ++r) {
-      const uint8_t* blk = w + r * row_bytes + b * UQR_Q4_K_BYTES;
+      const uint8_t* blk = blk0 + r * row_bytes;
       for (int o = 0; o < UQR_Q4_K_BYTES; o += 64)  // as for q4_0: the next tile's row
         _mm_prefetch(reinterpret_cast<const char*>(blk + NR * row_bytes + o), _MM_HINT_T0);
-      uint64_t lo, hi;
-      q4_k_scale_min_words(blk + 4, lo, hi);
-      // d sc_j and dmin m_j in one vector: the 16 six-bit values widened together, d and dmin
-      // (two fp16 at blk) converted together and spread over their lanes.
-      uint32_t dd;
-      std::memcpy(&dd, blk, 4);
-      const __m512 smv = _mm512_mul_ps(
-          _mm512_permutexvar_ps(d_dmin, _mm512_castps128_ps512(_mm_cvtph_ps(_mm_cvtsi32_si128(static_cast<int>(dd))))),
-          _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_set_epi64x(static_cast<int64_t>(hi), static_cast<int64_t>(lo)))));
-      __m512 sx[MR];
-#pragma GCC unroll 8
-      for (int m = 0; m < MR; ++m) {
-        sx[m] = _mm512_mul_ps(smv, _mm512_loadu_ps(x.qdx + (m * x.ldqd + b) * 16));
-        mins[r][m] = _mm512_add_ps(mins[r][m], sx[m]);
-      }
+      __m512i sc[2], code[4];
 #pragma GCC unroll 2
       for (int h = 0; h < 2; ++h) {
+        sc[h] = _mm512_maskz_permutexvar_epi8(0x5555555555555555ull, _mm512_load_si512(kScalePick.idx[r][h]), scales);
         const __m512i raw = _mm512_loadu_si512(blk + 16 + 64 * h);
-        const __m512i lo = _mm512_and_si512(raw, m4), hi = _mm512_and_si512(_mm512_srli_epi16(raw, 4), m4);
+        code[2 * h] = _mm512_and_si512(raw, m4);
+        code[2 * h + 1] = _mm512_gf2p8affine_epi64_epi8(raw, shr4, 0);
+      }
 #pragma GCC unroll 8
-        for (int m = 0; m < MR; ++m) {
-          const int8_t* xq = x.q + m * x.ldq + b * 256 + 128 * h;
-          const __m512i dlo = _mm512_dpbusd_epi32(_mm512_setzero_si512(), lo, _mm512_loadu_si512(xq));
-          const __m512i dhi = _mm512_dpbusd_epi32(_mm512_setzero_si512(), hi, _mm512_loadu_si512(xq + 64));
-          acc[r][m] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dlo), _mm512_permutexvar_ps(pick[2 * h], sx[m]), acc[r][m]);
-          acc[r][m] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dhi), _mm512_permutexvar_ps(pick[2 * h + 1], sx[m]), acc[r][m]);
-        }
+      for (int m = 0; m < MR; ++m) {
+        const int8_t* xq = x.q + m * x.ldq + b * 256;
+        // vpdpbusd per 64 code bytes (lanes 0-7 one sub-block, 8-15 the other; |dot| <= 4 * 15 *
+        // 127 fits int16), the low- and high-nibble dots packed into int16 words (vpackssdw, no
+        // saturation), then one vpmaddwd / vpdpwssd with the scales per half.
+        __m512i dot[2];
+#pragma GCC unroll 2
+        for (int h = 0; h < 2; ++h)
+          dot[h] = _mm512_packs_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), code[2 * h], _mm512_loadu_si512(xq + 128 * h)),
+                                      _mm512_dpbusd_epi32(_mm512_setzero_si512(), code[2 * h + 1],
+                                                          _mm512_loadu_si512(xq + 128 * h + 64)));
+        const __m512i isum = _mm512_dpwssd_epi32(_mm512_madd_epi16(dot[0], sc[0]), dot[1], sc[1]);
+        acc[r][m] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum),
+                                    _mm512_permutexvar_ps(_mm512_set1_epi32(2 * r), f[m]), acc[r][m]);
       }
     }
   }
   for (int r = 0; r < NR; ++r)
     for (int m = 0; m < MR; ++m)
-      res[m * ld + r] = (acc0 ? res[m * ld + r] : 0.f) +
-                        (_mm512_reduce_add_ps(acc[r][m]) - _mm512_mask_reduce_add_ps(0xF0F0, mins[r][m]));
+      res[m * ld + r] = (acc0 ? res[m * ld + r] : 0.f) + (_mm512_reduce_add_ps(acc[r][m]) -
+                                                          _mm512_mask_reduce_add_ps(r & 1 ? 0xFF00 : 0x00FF, mins[r / 2][m]));
 #else
   for (int r = 0; r < NR; ++r)
     for (int m = 0; m < MR; ++m) {
@@ -381,7 +454,7 @@ void int8_rows(const uint8_t* w, const uqr_gemm_params& p, const QView& x, int64
 
 void gemm_int8(const uint8_t* w, const uqr_gemm_params& p, const float* X, int64_t R, const OutputWriter& out) {
   const bool kquant = p.fmt == UQR_Q4_K;
-  QRows xq = quantize_rows(X, R, p.K);
+  QRows xq = quantize_rows(X, R, p.K, kquant ? UQR_Q4_K_BLOCK : kQBlock);
 #if UQR_CPU_VNNI
   if (kquant) interleave_q4_k(xq, R);
   else quad_up_q4_0(xq, R);
