@@ -1,14 +1,10 @@
 #!/usr/bin/env bash
 # v10 on the lent H200: sm_90a-only build, the qmma GPU tests, the small-M sweep (bench/qmma_sweep.py)
 # and optionally ncu of q4_0 at M = 1 / 16. Results under $OUT.
-set -uo pipefail
-OUT=${OUT:-/tmp/uqr_out}; mkdir -p "$OUT"
-export PYTHONUNBUFFERED=1
+source "$(dirname "$0")/h200_lib.sh"
 {
-  date -u; nvidia-smi --query-gpu=name,clocks.sm,clocks.mem --format=csv,noheader
-  t0=$(date +%s)
-  UQR_CUDA_ARCHS=${UQR_CUDA_ARCHS:-90a} python3 setup.py build_ext --inplace -j 16 > "$OUT/build.log" 2>&1 \
-    && echo "build ok ($(( $(date +%s) - t0 )) s)" || { echo "BUILD FAILED"; tail -30 "$OUT/build.log"; exit 1; }
+  h200_header
+  h200_build || exit 1
   python3 -m pytest -q -x tests/test_cuda_qmma.py 2>&1 | tail -4
   for rows in ${SWEEP_TAGS:-v10}; do
     UQR_QMMA_TAG=$rows PYTHONPATH=. python3 bench/qmma_sweep.py --M "${BENCH_M:-1,16}" --shapes "${BENCH_SHAPES:-14336x4096,4096x14336,4096x4096}" \

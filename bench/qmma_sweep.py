@@ -1,8 +1,10 @@
-"""Sweep of the small-M tensor-core kernel on the GPU: time + check only uqr::_qmma_cuda (and cuBLAS
-once) for a few formats, shapes and row counts, with bench_cuda's method (graph replay, weights
-rotated out of L2, median). UQR_QMMA_TAG labels the rows (the version being measured).
+"""Sweep of the tensor-core kernels on the GPU: time + check uqr::_qmma_cuda (and, with --cublas /
+--peers, cuBLAS and other gemm_triton kernels beside it) for a few formats, shapes and row counts,
+with bench_cuda's method (graph replay, weights rotated out of L2, median). UQR_QMMA_TAG labels the
+rows (the version being measured); the mid-M kernel's knobs UQR_QMMA_MID_POST / UQR_QMMA_MID_NT
+are read from the environment by the extension.
 
-    UQR_QMMA_TAG=v10 python bench/qmma_sweep.py --M 1,16 --json out.json
+    UQR_QMMA_TAG=v11 python bench/qmma_sweep.py --M 1,16,128 --peers fused,scratch --json out.json
 """
 from __future__ import annotations
 
@@ -13,6 +15,7 @@ import os
 import torch
 
 from torch_uqr.bench_cuda import _errors, _n_sets, _time_calls
+from torch_uqr.triton_kernels.dispatch import gemm_triton
 from torch_uqr.triton_kernels.formats_meta import block_geometry
 from torch_uqr.triton_kernels.testing import random_packed, reference_dequantize
 
@@ -24,6 +27,7 @@ def main() -> None:
     ap.add_argument("--formats", default="q4_0,q4_k,q4_1,mlx4,ternary,q8_0")
     ap.add_argument("--reps", type=int, default=30)
     ap.add_argument("--cublas", action="store_true")
+    ap.add_argument("--peers", default="", help="gemm_triton kernels to time beside it, e.g. fused,scratch")
     ap.add_argument("--json")
     args = ap.parse_args()
     l2 = torch.cuda.get_device_properties(0).L2_cache_size
@@ -56,6 +60,13 @@ def main() -> None:
                 rows.append({"N": N, "K": K, "M": M, "fmt": fmt, "kernel": "qmma", "tag": tag, "ms": ms, "GBps": gbps, **err})
                 print(f"{N}x{K} M={M:3d} {fmt:8s} {tag} {ms * 1e3:7.1f} us {gbps:6.0f} GB/s "
                       f"err {err['max_rel_err']:.1e}", flush=True)
+                for peer in filter(None, args.peers.split(",")):
+                    def other(j, M=M, peer=peer):
+                        return gemm_triton(X[j % 8][:M], W[j], fmt, N, K, g, kernel=peer)
+                    err = _errors(other(0), X[0][:M].double() @ w_ref.t())
+                    ms = _time_calls([lambda j=j: other(j) for j in range(n_sets)], args.reps)
+                    rows.append({"N": N, "K": K, "M": M, "fmt": fmt, "kernel": peer, "ms": ms, **err})
+                    print(f"{N}x{K} M={M:3d} {fmt:8s} {peer} {ms * 1e3:7.1f} us err {err['max_rel_err']:.1e}", flush=True)
             del W
             torch.cuda.empty_cache()
     if args.json:

@@ -1,9 +1,12 @@
-"""The CUDA C++ tensor-core small-M kernel (csrc/cuda/qmma_small_m.cu) on a real GPU against float64.
+"""The CUDA C++ tensor-core kernels (csrc/cuda/qmma_small_m.cu, qmma_mid_m.cu) on a real GPU
+against float64.
 
-Skipped without a CUDA device or when torch_uqr._C was built without it (CPU torch; CI compiles the
-.cu with nvcc in test_cuda_build.py). y is NaN-poisoned (UQR_POISON=1) so an unwritten output
-fails; N is not a multiple of the CTA's 16 rows, K spans several stages and an uneven split over
-the CTA's warps, rows cover both 8-wide MMA column tiles, fresh random bytes every run.
+Skipped without a CUDA device or when torch_uqr._C was built without them (CPU torch; CI compiles
+the .cu files with nvcc in test_cuda_build.py). y is NaN-poisoned (UQR_POISON=1) so an unwritten
+output fails; N is not a multiple of a CTA's 16 (small-M) or 128 (mid-M) rows, K spans several
+stages and an uneven split over the small-M kernel's warps, rows cover both 8-wide MMA column tiles
+of the small-M kernel and partial 32- and 64-row column tiles of the mid-M kernel, fresh random
+bytes every run.
 """
 from __future__ import annotations
 
@@ -54,15 +57,14 @@ def test_qmma_every_m_and_dtype(fmt: str, g: int) -> None:
         _check(_qmma(x, w, fmt, N, K, g), x.double() @ wref.t(), torch.bfloat16, f"{fmt} 1-D")
 
 
-@pytest.mark.parametrize("fmt", ["q4_0", "q4_k", "mlx4", "ternary"])
-def test_qmma_layouts(fmt: str) -> None:
+def _check_layouts(fmt: str, N: int, cases: tuple) -> None:
     """Batched x, head-strided x and direct-head y, all through the stride params (no copies)."""
     from torch_uqr.triton_kernels.testing import random_packed, reference_dequantize
     g = 64 if fmt == "mlx4" else 0
-    N, K, H_in, H_out = 256, 2048, 8, 4  # x heads of 256: whole stages
+    K, H_in, H_out = 2048, 8, 4  # x heads of 256: whole stages
     w = random_packed(fmt, N, K, g, seed=fresh_seed(), device="cuda")
     wref = reference_dequantize(w, fmt, N, K, g)
-    for batch, M in ((2, 3), (1, 7), (4, 4), (2, 8)):
+    for batch, M in cases:
         x = torch.randn(batch, H_in, M, K // H_in, device="cuda", dtype=torch.bfloat16)
         flat = x.transpose(1, 2).reshape(batch, M, K).double() @ wref.t()
         heads = flat.reshape(batch, M, H_out, N // H_out).transpose(1, 2)
@@ -72,10 +74,16 @@ def test_qmma_layouts(fmt: str) -> None:
         _check(_qmma(xp, w, fmt, N, K, g, H_out), heads, torch.bfloat16, f"{fmt} y heads b={batch} M={M}")
 
 
+@pytest.mark.parametrize("fmt", ["q4_0", "q4_k", "mlx4", "ternary"])
+def test_qmma_layouts(fmt: str) -> None:
+    """Small-M rows (batch * M <= 16) in every layout."""
+    _check_layouts(fmt, 256, ((2, 3), (1, 7), (4, 4), (2, 8)))
+
+
 def test_qmma_dispatch_and_fallbacks() -> None:
     """gemm's auto path takes the kernel only where it fits; elsewhere Triton answers correctly."""
     import torch_uqr as uqr
-    from torch_uqr.triton_kernels import dispatch
+    from torch_uqr.triton_kernels import configs, dispatch
     from torch_uqr.triton_kernels.testing import random_packed, reference_dequantize
     N, K = 96, 512
     w = random_packed("q4_0", N, K, 0, seed=fresh_seed(), device="cuda")
@@ -83,7 +91,16 @@ def test_qmma_dispatch_and_fallbacks() -> None:
     x = torch.randn(5, K, device="cuda", dtype=torch.bfloat16)
     assert dispatch.qmma_fits(x, w, "q4_0", K, 0, False, 5)
     assert not dispatch.qmma_fits(x.float(), w, "q4_0", K, 0, False, 5), "fp32 x stays on Triton"
-    assert not dispatch.qmma_fits(torch.randn(17, K, device="cuda", dtype=torch.bfloat16), w, "q4_0", K, 0, False, 17)
+    # auto: small-M kernel to 16 rows; above, the mid-M kernel only for N >= QMMA_MID_MIN_N.
+    lim, big = configs.QMMA_MAX_ROWS, configs.QMMA_MID_MIN_N
+    assert dispatch.qmma_auto("q4_0", lim, 64) and not dispatch.qmma_auto("q4_0", lim + 1, big - 1)
+    assert dispatch.qmma_auto("q4_0", lim + 1, big) and not dispatch.qmma_auto("q4_0", configs.QMMA_MID_MAX_ROWS + 1, big)
+    # Above 16 rows x is copied in 16-byte pieces: a base 8 bytes off is refused there, taken below.
+    x8 = torch.randn(17 * K + 4, device="cuda", dtype=torch.bfloat16)[4:].view(17, K)
+    assert not dispatch.qmma_fits(x8, w, "q4_0", K, 0, False, 17)
+    assert dispatch.qmma_fits(x8[:16], w, "q4_0", K, 0, False, 16)
+    with pytest.raises(RuntimeError, match="8-element copies"):
+        _qmma(x8, w, "q4_0", N, K)
     w_odd = random_packed("q4_0", N, 288, 0, seed=1, device="cuda")  # K = 288: not a multiple of the stage
     assert not dispatch.qmma_fits(torch.randn(1, 288, device="cuda", dtype=torch.bfloat16), w_odd, "q4_0", 288, 0,
                                   False, 1)
@@ -96,3 +113,27 @@ def test_qmma_dispatch_and_fallbacks() -> None:
     _check(dispatch.gemm_triton(xh, w, "q4_0", N, K, in_heads=True),
            xh.transpose(0, 1).reshape(5, K).double() @ wref.t(), torch.bfloat16, "heads of 128 via Triton")
     _check(uqr.gemm(x, uqr.QTensor(w, "q4_0", (N, K))), x.double() @ wref.t(), torch.bfloat16, "public gemm")
+
+
+MID_M = (17, 33, 64, 100, 129)
+
+
+@pytest.mark.parametrize("fmt,g", FORMATS, ids=[f"{f}{g or ''}" for f, g in FORMATS])
+def test_qmma_mid_m(fmt: str, g: int) -> None:
+    """More than 16 rows: the mid-M kernel, with 32-row column tiles (N = 200, few CTAs) and 64-row
+    tiles (N = 16 * 1061: enough 128-row CTAs to fill an H200), partial tiles on both sides."""
+    from torch_uqr.triton_kernels.testing import random_packed, reference_dequantize
+    K = 3072 if g == 128 else 1536
+    for N, Ms in ((200, MID_M), (16 * 1061, (65, 129))):
+        w = random_packed(fmt, N, K, g, seed=fresh_seed(), device="cuda")
+        wref = reference_dequantize(w, fmt, N, K, g)
+        for dtype in (torch.bfloat16, torch.float16):
+            for M in Ms:
+                x = torch.randn(M, K, device="cuda").to(dtype)
+                _check(_qmma(x, w, fmt, N, K, g), x.double() @ wref.t(), dtype, f"{fmt} {N}x{K} M={M} {dtype}")
+
+
+@pytest.mark.parametrize("fmt", ["q4_0", "q4_k", "mlx4"])
+def test_qmma_mid_m_layouts(fmt: str) -> None:
+    """Mid-M rows (33, 40, 140: partial column tiles, batch boundaries inside a tile) in every layout."""
+    _check_layouts(fmt, 264, ((3, 11), (1, 40), (2, 70)))

@@ -77,6 +77,7 @@ def _row(N: int, K: int, M: int, name: str, kernel: str, ms: float, weight_bytes
 def bench_shape(N: int, K: int, Ms, formats, reps: int, l2: int, rows: list) -> None:
     """Time and check every format and peer on one weight shape, appending rows."""
     from .triton_kernels import configs
+    from .triton_kernels.configs import QMMA_MID_MAX_ROWS as QMMA_BENCH_MAX_M
     from .triton_kernels.dispatch import gemm_triton, qmma_available, qmma_fits
     from .triton_kernels.formats_meta import block_geometry
     from .triton_kernels.testing import random_packed, reference_dequantize
@@ -120,7 +121,8 @@ def bench_shape(N: int, K: int, Ms, formats, reps: int, l2: int, rows: list) -> 
             ref = xs[0].double() @ w_ref.t()
             kernels = (["fused"] + (["scratch"] if M >= SCRATCH_MIN_M else [])
                        + (["gemv"] if M <= GEMV_MAX_M else [])
-                       + (["qmma"] if qmma_available() and qmma_fits(xs[0], W[0], fmt, K, g, False, M) else []))
+                       + (["qmma"] if qmma_available() and M <= QMMA_BENCH_MAX_M
+                          and qmma_fits(xs[0], W[0], fmt, K, g, False, M) else []))
             paths = ["mma"] + (["vec"] if fmt == "ternary" and M <= VEC_MAX_M else [])
             for path in paths:
                 for kernel in (kernels if path == "mma" else ["fused"]):

@@ -1,5 +1,6 @@
-// Host entry of the small-M tensor-core kernel (qmma_small_m.cu). Plain C++ types only, so the
-// torch glue (gemv_binding.cpp) and the .cu compile separately and the .cu needs no torch headers.
+// Host entry of the tensor-core kernels (qmma_small_m.cu up to kQmmaMaxRows activation rows,
+// qmma_mid_m.cu above). Plain C++ types only, so the torch glue (qmma_binding.cpp) and the .cu
+// files compile separately and the .cu files need no torch headers.
 #pragma once
 #include <cuda_runtime.h>
 #include <stdint.h>
@@ -9,15 +10,17 @@
 namespace uqr {
 namespace cuda {
 
-// Most activation rows (batch * M) one launch serves: two 8-wide MMA column tiles.
+// Most activation rows (batch * M) the small-M kernel serves: two 8-wide MMA column tiles.
 constexpr int kQmmaMaxRows = 16;
+// Most activation rows the mid-M kernel serves (its grid's y dimension counts 32-row tiles).
+constexpr int kQmmaMidMaxRows = 1 << 20;
 
 // nullptr when the kernel handles this call, else why not (the caller falls back to Triton).
 const char* qmma_unsupported(const uqr_gemm_params& p, int rows, bool half_x, uintptr_t x_addr, uintptr_t w_addr,
                              int64_t w_row_stride);
 
-// y = x W^T for bf16 (bf16 = true) or fp16 x and y, p.batch * p.M <= kQmmaMaxRows rows, through p's
-// strides; W rows `w_row_stride` bytes apart. Returns cudaErrorInvalidValue for an unsupported call.
+// y = x W^T for bf16 (bf16 = true) or fp16 x and y, p.batch * p.M <= kQmmaMidMaxRows rows, through
+// p's strides; W rows `w_row_stride` bytes apart. Returns cudaErrorInvalidValue for an unsupported call.
 cudaError_t qmma_small_m(const void* x, const uint8_t* w, int64_t w_row_stride, void* y, const uqr_gemm_params& p,
                          bool bf16, cudaStream_t stream);
 

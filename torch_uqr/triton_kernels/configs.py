@@ -51,15 +51,26 @@ GEMV_FORMAT_CONFIGS: dict[str, VecConfig] = {
 
 # The ternary vec path re-decodes the weights for every activation row, so it only pays at tiny M.
 VEC_AUTO_MAX_M = 0  # measured slower than gemv even at M = 1 (NOTES v2): auto never picks vec
-# Up to this many activation rows (bf16 / fp16 x), path "auto" uses the CUDA C++ tensor-core kernel
-# csrc/cuda/qmma_small_m.cu (op uqr::_qmma_cuda) for the formats it handles; its limit is
-# kQmmaMaxRows there. Set from the H200 benchmark (bench/NOTES.md v9).
+# Up to this many activation rows (bf16 / fp16 x), path "auto" uses the CUDA C++ small-M tensor-core
+# kernel csrc/cuda/qmma_small_m.cu (op uqr::_qmma_cuda; its limit QMMA_SMALL_MAX_ROWS is
+# kQmmaMaxRows there) for the formats it handles. Set from the H200 benchmark (bench/NOTES.md v9).
 QMMA_MAX_ROWS = 16
+QMMA_SMALL_MAX_ROWS = 16
+QMMA_KERNEL_MAX_ROWS = 1 << 20  # the op's limit (kQmmaMidMaxRows): above 16 rows, qmma_mid_m.cu
 QMMA_ENABLED = True
 QMMA_FORMATS = ("q4_0", "q4_1", "q8_0", "q4_k", "mlx4", "ternary")
 # Per-format row limit where the Triton fused kernel measured faster above it. Empty since v10
 # (q8_0 at 16 rows: 42.7 us here vs 47.3 fused on 14336 x 4096; v9 had kept q8_0 to 8 rows).
 QMMA_FORMAT_MAX_ROWS: dict[str, int] = {}
+# The mid-M kernel (qmma_mid_m.cu: CTAs of 128 weight rows, no split over K) for 17..64 rows, only
+# where there are enough weight rows to fill the GPU (N >= QMMA_MID_MIN_N). H200, v11b
+# (results/h200_v11b_sweep.json), 14336 x 4096, q4_0 at 32 / 64 rows: 35 / 56 us against the
+# Triton fused kernel's 79 / 111 and the scratch path's 79 / 81; with N = 4096 (32 CTAs) it lost to
+# both at every row count, and from 128 rows on the scratch path is as fast or faster. q8_0 only to
+# 32 rows (48 rows: 78 us vs fused 66).
+QMMA_MID_MAX_ROWS = 64
+QMMA_MID_FORMAT_MAX_ROWS: dict[str, int] = {"q8_0": 32}
+QMMA_MID_MIN_N = 8192
 # Up to this many activation rows, path "auto" uses the CUDA-core row kernel (gemv.py).
 GEMV_AUTO_MAX_M = 1
 # From this M on, decoding once into a scratch matrix and calling cuBLAS beats the fused kernel.

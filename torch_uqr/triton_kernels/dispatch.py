@@ -2,9 +2,10 @@
 
     path "vec"  -> ternary_vec.py (ternary only)
     path "mma"  -> gemm.py, or for large M a Triton decode into a scratch matrix + cuBLAS
-    path "auto" -> the CUDA C++ tensor-core small-M kernel (csrc/cuda/qmma_small_m.cu, op
-                   uqr::_qmma_cuda) for bf16/fp16 x, up to configs.QMMA_MAX_ROWS rows, the formats it
-                   handles and aligned shapes (qmma_fits); else vec for ternary at tiny M;
+    path "auto" -> the CUDA C++ tensor-core kernels (op uqr::_qmma_cuda) for bf16/fp16 x, the
+                   formats they handle and aligned shapes (qmma_fits): csrc/cuda/qmma_small_m.cu
+                   up to configs.QMMA_MAX_ROWS rows, qmma_mid_m.cu for 17..QMMA_MID_MAX_ROWS
+                   rows when N >= QMMA_MID_MIN_N (qmma_auto); else vec for ternary at tiny M;
                    gemv.py (CUDA cores) at tiny M; else as mma
 The thresholds live in configs.py and come from the H200 benchmark.
 """
@@ -47,14 +48,16 @@ def qmma_available() -> bool:
 
 def qmma_fits(x: torch.Tensor, w: torch.Tensor, fmt: str, K: int, group_size: int, in_heads: bool,
               rows: int) -> bool:
-    """Whether the tensor-core small-M kernel takes this call (mirror of qmma_unsupported in C++).
+    """Whether the tensor-core kernels take this call (mirror of qmma_unsupported in C++).
 
-    It needs bf16/fp16 x, at most QMMA_MAX_ROWS rows, K (and a head-strided x's head dim) a multiple
-    of its 256/512-element stage, 16-byte aligned weight rows, and x readable 8 bytes at a time.
+    They need bf16/fp16 x, 1..QMMA_KERNEL_MAX_ROWS rows, K (and a head-strided x's head dim) a
+    multiple of their 256/512-element stage, 16-byte aligned weight rows, and x readable 8 bytes at
+    a time (16 above QMMA_SMALL_MAX_ROWS rows, where the mid-M kernel copies x in 16-byte pieces).
+    Whether ``auto`` takes them is a separate, measured limit (configs.QMMA_MAX_ROWS).
     """
     if fmt not in configs.QMMA_FORMATS or x.dtype not in (torch.bfloat16, torch.float16):
         return False
-    if not 0 < rows <= configs.QMMA_FORMAT_MAX_ROWS.get(fmt, configs.QMMA_MAX_ROWS):
+    if not 0 < rows <= configs.QMMA_KERNEL_MAX_ROWS:
         return False
     elems, nbytes = block_geometry(fmt, group_size)
     n = 1 if elems >= 256 else 256 // elems
@@ -62,9 +65,18 @@ def qmma_fits(x: torch.Tensor, w: torch.Tensor, fmt: str, K: int, group_size: in
         n *= 2
     if K % (n * elems) or w.data_ptr() % 16 or w.stride(0) % 16:
         return False
-    if not x.is_contiguous() or x.data_ptr() % 8:
+    if not x.is_contiguous() or x.data_ptr() % (16 if rows > configs.QMMA_SMALL_MAX_ROWS else 8):
         return False
     return not in_heads or x.shape[-1] % (n * elems) == 0  # a stage must not straddle x heads
+
+
+def qmma_auto(fmt: str, rows: int, N: int) -> bool:
+    """Whether path ``auto`` prefers the tensor-core kernels for this many rows and weight rows N
+    (limits measured on the H200, configs.py): the small-M kernel up to QMMA_MAX_ROWS rows, the
+    mid-M kernel above that up to QMMA_MID_MAX_ROWS when N fills the GPU with its 128-row CTAs."""
+    if rows <= configs.QMMA_FORMAT_MAX_ROWS.get(fmt, configs.QMMA_MAX_ROWS):
+        return True
+    return rows <= configs.QMMA_MID_FORMAT_MAX_ROWS.get(fmt, configs.QMMA_MID_MAX_ROWS) and N >= configs.QMMA_MID_MIN_N
 
 
 def _check_weight(w: torch.Tensor, x: torch.Tensor, fmt: str, N: int, K: int, group_size: int) -> None:
@@ -122,7 +134,7 @@ def gemm_triton(x: torch.Tensor, w: torch.Tensor, fmt: str, N: int, K: int, grou
         raise ValueError(f"x: expected float16, bfloat16 or float32, got {x.dtype}")
     rows = x.numel() // K
     if kernel == "qmma" or (kernel == "auto" and path == "auto" and configs.QMMA_ENABLED and qmma_available()
-                            and qmma_fits(x, w, fmt, K, group_size, in_heads, rows)):
+                            and qmma_auto(fmt, rows, N) and qmma_fits(x, w, fmt, K, group_size, in_heads, rows)):
         if path == "vec":
             raise ValueError("kernel: 'qmma' has no vec path")
         return torch.ops.uqr._qmma_cuda(x, w, fmt, N, K, group_size, out_heads, in_heads)

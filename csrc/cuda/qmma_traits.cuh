@@ -1,0 +1,482 @@
+// What the tensor-core kernels (qmma_small_m.cu: <= 16 activation rows; qmma_mid_m.cu: more)
+// share: the MMA wrapper and the per-format traits that turn a block's codes into mma.sync A
+// fragments; and, for the mid-M kernel, the weight ring and the sub-block step.
+//
+// Why tensor cores even at M = 1: what limits a GEMV over 4-bit weights on a GPU is instruction
+// issue per weight, not FMAs (bench/NOTES.md: the byte-wise decoders of v8 were issue-bound). Here
+// a weight costs about one integer instruction: two codes become one bf16x2 register with a shift
+// and one LOP3 (mask, then OR of the exponent 0x43: the bf16 value 128 + q, exact), and the
+// multiply-add happens in the MMA. The formats' scales are applied per 32-element sub-block in
+// fp32, after the MMA:
+//     sum_k w_k x_k = a * sum_k (B + q_k) x_k + (b - a B) * sum_k x_k      (w = a q + b, B = 128)
+// where sum_k x_k comes from a second MMA with an all-ones A. So codes and products are exact and
+// only the fp32 accumulation rounds, as on the CPU path.
+//
+// The k order inside a sub-block does not matter to a dot product, so each lane takes the codes
+// that are contiguous in its format's bytes and loads x at the same k positions (4 consecutive x
+// values = one 8-byte load per k-step): no shuffle of either operand.
+#pragma once
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <type_traits>
+
+#include "cuda_common.cuh"
+#include "uqr/formats.h"
+#include "uqr/params.h"
+
+namespace uqr {
+namespace cuda {
+namespace qmma {
+// Ring stage = the fewest whole blocks spanning >= 256 elements whose bytes are a multiple of 16
+// (so every cp.async source stays 16-byte aligned): q4_0 8 blocks = 144 B, q4_k 1 block = 144 B.
+__host__ __device__ constexpr int stage_blocks(int block_elems, int block_bytes) {
+  int n = block_elems >= 256 ? 1 : 256 / block_elems;
+  while ((n * block_bytes) % 16) n *= 2;
+  return n;
+}
+
+struct QmmaArgs {
+  uqr_gemm_params p;
+  const void* x;
+  void* y;
+  const uint8_t* w;
+  int64_t w_row_stride;
+  int rows;  // activation rows batch * M
+};
+
+constexpr int kWarpRows = 16;  // weight rows per warp: the MMA's M side
+
+// A warp's 16 weight rows, one stage at a time, copied into a shared-memory slot where the stage's
+// bytes lie row after row (pitch kStageBytes). Lane piece idx = lane + 32 u goes to slot + 16 idx:
+// consecutive lanes copy consecutive 16-byte pieces (coalesced reads, conflict-free shared stores;
+// v10's row-per-lane mapping measured slower), and only the global offsets need registers.
+template <class F>
+struct RowRing {
+  static constexpr int kStageBlocks = stage_blocks(F::kElems, F::kBytes);
+  static constexpr int kStageBytes = kStageBlocks * F::kBytes, kStageElems = kStageBlocks * F::kElems;
+  static constexpr int kSlotBytes = kWarpRows * kStageBytes;
+  static constexpr int kPieces = kStageBytes / 16, kAll = kWarpRows * kPieces, kCopies = (kAll + 31) / 32;
+  const uint8_t* base;     // row min(row0, N - 1), stage 0 of this ring's K range
+  uint32_t src[kCopies];  // offsets from base (a few rows of one matrix: far below 4 GB)
+  __device__ RowRing(const uint8_t* w, int64_t row_stride, int row0, int N, int stage0, int lane) {
+    const int rb = min(row0, N - 1);
+    base = w + static_cast<int64_t>(rb) * row_stride + static_cast<int64_t>(stage0) * kStageBytes;
+#pragma unroll
+    for (int u = 0; u < kCopies; ++u) {
+      const int idx = lane + 32 * u, r = idx / kPieces, o = idx - r * kPieces;
+      const int row = min(row0 + r, N - 1);  // rows past N re-read the last row; never stored
+      src[u] = static_cast<uint32_t>((row - rb) * row_stride + o * 16);
+    }
+  }
+  __device__ void copy(unsigned char* slot, int stage, int lane) const {
+    unsigned char* dst = slot + 16 * lane;
+    const uint8_t* st = base + static_cast<int64_t>(stage) * kStageBytes;
+#pragma unroll
+    for (int u = 0; u < kCopies; ++u)
+      if (kAll % 32 == 0 || u < kCopies - 1 || lane + 32 * u < kAll) cp_async16(dst + 512 * u, st + src[u]);
+  }
+};
+
+// x offset (elements) of stage k_stage's first element: a stage lies inside one x head (x_head_dim
+// is a multiple of the stage), so one division per stage and every x load is base + constant.
+__device__ __forceinline__ int64_t x_stage_offset(const uqr_gemm_params& p, int k_stage) {
+  return p.x_head_dim == p.K ? k_stage
+                             : static_cast<int64_t>(k_stage / p.x_head_dim) * p.x_head_stride + k_stage % p.x_head_dim;
+}
+
+// D = A B + C, m16n8k16, fp32 accumulators; T selects bf16 or fp16 operands.
+template <typename T>
+__device__ __forceinline__ void mma16816(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1,
+                                         const float (&c)[4]) {
+  if constexpr (std::is_same<T, __nv_bfloat16>::value) {
+    asm(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+        "{%10,%11,%12,%13};\n"
+        : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1), "f"(c[0]), "f"(c[1]), "f"(c[2]), "f"(c[3]));
+  } else {
+    asm(
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+        "{%10,%11,%12,%13};\n"
+        : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1), "f"(c[0]), "f"(c[1]), "f"(c[2]), "f"(c[3]));
+  }
+}
+
+// 16-bit pattern of (B + q) for a small code q < 256: the exponent of B with q as mantissa bits.
+// bf16: 0x4300 = 128 (mantissa step 1 up to 256); fp16: 0x6400 = 1024 (step 1 up to 2048).
+template <typename T>
+struct Magic {
+  static constexpr uint32_t kPair = std::is_same<T, __nv_bfloat16>::value ? 0x43004300u : 0x64006400u;
+  static constexpr float kBias = std::is_same<T, __nv_bfloat16>::value ? 128.f : 1024.f;
+  static constexpr uint32_t kOne = std::is_same<T, __nv_bfloat16>::value ? 0x3F803F80u : 0x3C003C00u;
+};
+
+// The two 4-bit codes at bits [sh, sh + 4) and [sh + 16, sh + 20) of w -> the T pair
+// (B + q_lo, B + q_hi): one shift and one LOP3 ((w >> sh) & 0x000F000F | magic). Pairing the codes
+// 16 bits apart is what makes this one instruction; which elements end up paired does not matter
+// to the dot product as long as the x fragment pairs the same elements (xfrag below).
+template <typename T, uint32_t kMask = 0x000F000Fu>
+__device__ __forceinline__ uint32_t code_pair(uint32_t w, int sh) {
+  uint32_t r;
+  asm("lop3.b32 %0, %1, %2, %3, 0xEA;\n" : "=r"(r) : "r"(w >> sh), "n"(kMask), "r"(Magic<T>::kPair));
+  return r;
+}
+
+// (B + q) - (B + o) = q - o, exact: for formats whose zero point is a constant code (q4_0's 8,
+// ternary's 1) the codes can carry it, so no offset term (and no second MMA) is needed.
+template <typename T>
+__device__ __forceinline__ uint32_t minus_code(uint32_t v, uint32_t o) {
+  const uint32_t c = Magic<T>::kPair | (o * 0x00010001u);
+  if constexpr (std::is_same<T, __nv_bfloat16>::value) {
+    const __nv_bfloat162 r = __hsub2(*reinterpret_cast<const __nv_bfloat162*>(&v), *reinterpret_cast<const __nv_bfloat162*>(&c));
+    return *reinterpret_cast<const uint32_t*>(&r);
+  } else {
+    const __half2 r = __hsub2(*reinterpret_cast<const __half2*>(&v), *reinterpret_cast<const __half2*>(&c));
+    return *reinterpret_cast<const uint32_t*>(&r);
+  }
+}
+
+__device__ __forceinline__ float half_at(const uint8_t* p) {
+  return __half2float(__ushort_as_half(*reinterpret_cast<const unsigned short*>(p)));
+}
+// A 32-bit word at an address that is only 2-byte aligned (18- and 34-byte GGUF blocks).
+__device__ __forceinline__ uint32_t u32_at2(const uint8_t* p) {
+  const unsigned short* h = reinterpret_cast<const unsigned short*>(p);
+  return __byte_perm(h[0], h[1], 0x5410);
+}
+__device__ __forceinline__ uint32_t u32_at4(const uint8_t* p) { return *reinterpret_cast<const uint32_t*>(p); }
+// A word at offset 2 mod 4 of block j of an 18- or 34-byte format (q4_0, q8_0) in a stage row that
+// starts 16-byte aligned: such offsets are word-aligned exactly for odd j, so odd blocks take one
+// 4-byte load instead of two 2-byte loads and a permute (j's parity is a compile-time constant in
+// the unrolled sub-block loop).
+__device__ __forceinline__ uint32_t u32_in_block(const uint8_t* p, int j) { return (j & 1) ? u32_at4(p) : u32_at2(p); }
+
+// Four codes of one row from the 4 bytes w that hold elements e..e+3 in their low nibbles and
+// e+16..e+19 in their high nibbles (GGUF q4 layout): r = k-step 0 {(e, e+2), (e+1, e+3)},
+// k-step 1 {(e+16, e+18), (e+17, e+19)}.
+template <typename T>
+__device__ __forceinline__ void gguf_nibbles(uint32_t w, uint32_t (&r)[4]) {
+  r[0] = code_pair<T>(w, 0);
+  r[1] = code_pair<T>(w, 8);
+  r[2] = code_pair<T>(w, 4);
+  r[3] = code_pair<T>(w, 12);
+}
+
+// Scales of a stage row's sub-blocks from js0 on: at(u) = (a, b) of sub-block js0 + u (w = a q + b),
+// read per sub-block through F::scale. Each format names its kind as F::Scales; q4_k's unpacks its
+// word-packed scales once for four sub-blocks instead (Traits<UQR_Q4_K>::WordScales).
+template <class F>
+struct BlockScales {
+  const uint8_t* row;
+  int js0;
+  __device__ BlockScales(const uint8_t* r, int j) : row(r), js0(j) {}
+  __device__ float2 at(int u) const { return F::scale(row + ((js0 + u) / F::kSubs) * F::kBytes, (js0 + u) % F::kSubs); }
+};
+
+// Format traits. For sub-block s (32 elements) of a block and lane c (0..3) of a fragment row:
+//   codes()  -> the row's A registers [k-step 0 a0, a2, k-step 1 a0, a2]; each holds the pair of
+//               elements (v, v + 2) resp. (v + 1, v + 3) of the k-step's 4 x values v..v+3 (mlx4:
+//               see kWideX) as T values B + q (q8_0: q itself);
+//   kWideX   -> false: k-step h multiplies x[32 s + 16 h + 4 c .. +3];
+//               true (mlx4): lane c owns x[32 s + 8 c .. +7], k-step h = elements {2h, 2h+1, 2h+4, 2h+5};
+//   scale(s) -> (a, b) with w = a q + b.
+template <int FMT>
+struct Traits;
+
+template <>
+struct Traits<UQR_Q4_0> {
+  static constexpr int kElems = 32, kSubs = 1;
+  static constexpr bool kOffset = false, kWideX = false;  // codes carry the -8 (minus_code)
+  static constexpr int kBytes = UQR_Q4_0_BYTES;
+  using Scales = BlockScales<Traits>;
+  template <typename T>
+  __device__ static void codes(const uint8_t* blk, int j, int, int c, uint32_t (&r)[4]) {
+    gguf_nibbles<T>(u32_in_block(blk + 2 + 4 * c, j), r);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) r[i] = minus_code<T>(r[i], 8);
+  }
+  __device__ static float2 scale(const uint8_t* blk, int) { return make_float2(half_at(blk), 0.f); }
+};
+
+template <>
+struct Traits<UQR_Q4_1> {
+  static constexpr int kElems = 32, kSubs = 1;
+  static constexpr bool kOffset = true, kWideX = false;
+  static constexpr int kBytes = UQR_Q4_1_BYTES;
+  using Scales = BlockScales<Traits>;
+  template <typename T>
+  __device__ static void codes(const uint8_t* blk, int, int, int c, uint32_t (&r)[4]) {
+    gguf_nibbles<T>(u32_at4(blk + 4 + 4 * c), r);
+  }
+  __device__ static float2 scale(const uint8_t* blk, int) { return make_float2(half_at(blk), half_at(blk + 2)); }
+};
+
+template <>
+struct Traits<UQR_Q8_0> {
+  static constexpr int kElems = 32, kSubs = 1;
+  static constexpr bool kOffset = false, kWideX = false;
+  static constexpr int kBytes = UQR_Q8_0_BYTES;
+  using Scales = BlockScales<Traits>;
+  template <typename T>
+  __device__ static uint32_t pack2(uint32_t w, int i, int j) {
+    // Signed bytes i and j of w -> two exact T values (|q| <= 128 fits either mantissa).
+    const float lo = static_cast<float>(static_cast<int8_t>((w >> (8 * i)) & 0xFF));
+    const float hi = static_cast<float>(static_cast<int8_t>((w >> (8 * j)) & 0xFF));
+    if constexpr (std::is_same<T, __nv_bfloat16>::value) {
+      const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+      return *reinterpret_cast<const uint32_t*>(&v);
+    } else {
+      const __half2 v = __floats2half2_rn(lo, hi);
+      return *reinterpret_cast<const uint32_t*>(&v);
+    }
+  }
+  template <typename T>
+  __device__ static void codes(const uint8_t* blk, int j, int, int c, uint32_t (&r)[4]) {
+    const uint32_t w0 = u32_in_block(blk + 2 + 4 * c, j), w1 = u32_in_block(blk + 18 + 4 * c, j);
+    r[0] = pack2<T>(w0, 0, 2);
+    r[1] = pack2<T>(w0, 1, 3);
+    r[2] = pack2<T>(w1, 0, 2);
+    r[3] = pack2<T>(w1, 1, 3);
+  }
+  __device__ static float2 scale(const uint8_t* blk, int) { return make_float2(half_at(blk), 0.f); }
+};
+
+template <>
+struct Traits<UQR_Q4_K> {
+  static constexpr int kElems = 256, kSubs = 8;
+  static constexpr bool kOffset = true, kWideX = false;
+  static constexpr int kBytes = UQR_Q4_K_BYTES;
+  template <typename T>
+  __device__ static void codes(const uint8_t* blk, int, int s, int c, uint32_t (&r)[4]) {
+    // qs[32 (s/2) + i]: sub-block s's element i in the low (s even) or high (s odd) nibble.
+    const uint8_t* qs = blk + 16 + 32 * (s >> 1);
+    const int sh = (s & 1) * 4;
+    const uint32_t w0 = u32_at4(qs + 4 * c), w1 = u32_at4(qs + 16 + 4 * c);
+    r[0] = code_pair<T>(w0, sh);
+    r[1] = code_pair<T>(w0, sh + 8);
+    r[2] = code_pair<T>(w1, sh);
+    r[3] = code_pair<T>(w1, sh + 8);
+  }
+  // Scales of a stage row's sub-blocks js0, js0 + 1, ... within one half super-block (the caller
+  // steps by 1, 2 or 4 from a multiple of that): d, dmin and the 6-bit scale / min words are read
+  // once, and each sub-block's pair is two byte extracts and two multiplies.
+  struct WordScales {
+    float d, dmin;
+    uint32_t sc, mn;
+    int sh;
+    __device__ WordScales(const uint8_t* row, int js0) : sh(8 * (js0 & 3)) {
+      const uint8_t* blk = row + (js0 / kSubs) * kBytes;
+      const uint32_t dd = u32_at4(blk);
+      d = __half2float(__ushort_as_half(static_cast<unsigned short>(dd & 0xFFFFu)));
+      dmin = __half2float(__ushort_as_half(static_cast<unsigned short>(dd >> 16)));
+      uqr_q4_k_scale_min_words(u32_at4(blk + 4), u32_at4(blk + 8), u32_at4(blk + 12), (js0 % kSubs) >= 4, sc, mn);
+    }
+    __device__ float2 at(int u) const {
+      return make_float2(d * static_cast<float>((sc >> (sh + 8 * u)) & 0xFFu),
+                         -dmin * static_cast<float>((mn >> (sh + 8 * u)) & 0xFFu));
+    }
+  };
+  using Scales = WordScales;
+};
+
+// mlx4 with its group size as a template argument (32, 64, 128).
+template <int G>
+struct Mlx4 {
+  static constexpr int kElems = G, kSubs = G / 32;
+  static constexpr bool kOffset = true, kWideX = true;
+  static constexpr int kBytes = 4 + G / 2;
+  using Scales = BlockScales<Mlx4>;
+  template <typename T>
+  __device__ static void codes(const uint8_t* blk, int, int s, int c, uint32_t (&r)[4]) {
+    // Byte i: element 2i (low nibble), 2i + 1 (high). Lane c takes bytes 16s + 4c..+3, i.e. the 8
+    // consecutive elements 8c..8c+7 of the sub-block: bits 4e hold element e.
+    const uint32_t w = u32_at4(blk + 4 + 16 * s + 4 * c);
+    r[0] = code_pair<T>(w, 0);   // (0, 4)
+    r[1] = code_pair<T>(w, 4);   // (1, 5)
+    r[2] = code_pair<T>(w, 8);   // (2, 6)
+    r[3] = code_pair<T>(w, 12);  // (3, 7)
+  }
+  __device__ static float2 scale(const uint8_t* blk, int) { return make_float2(half_at(blk), half_at(blk + 2)); }
+};
+
+template <>
+struct Traits<UQR_TERNARY> {
+  static constexpr int kElems = 32, kSubs = 1;
+  static constexpr bool kOffset = false, kWideX = false;  // codes carry the -1 (minus_code)
+  static constexpr int kBytes = UQR_TERNARY_BYTES;
+  using Scales = BlockScales<Traits>;
+  template <typename T>
+  __device__ static void codes(const uint8_t* blk, int, int, int c, uint32_t (&r)[4]) {
+    // Code byte j: elements 4j..4j+3, 2 bits each. Lane c takes code bytes c (k-step 0) and 4 + c.
+    // b | b << 12 puts element 0 at bit 0 and element 2 at bit 16 (1 and 3: two bits higher).
+    const uint32_t b0 = blk[4 + c], b1 = blk[8 + c];
+    const uint32_t t0 = b0 | (b0 << 12), t1 = b1 | (b1 << 12);
+    r[0] = minus_code<T>(code_pair<T, 0x00030003u>(t0, 0), 1);
+    r[1] = minus_code<T>(code_pair<T, 0x00030003u>(t0, 2), 1);
+    r[2] = minus_code<T>(code_pair<T, 0x00030003u>(t1, 0), 1);
+    r[3] = minus_code<T>(code_pair<T, 0x00030003u>(t1, 2), 1);
+  }
+  __device__ static float2 scale(const uint8_t* blk, int) { return make_float2(half_at(blk), 0.f); }
+};
+
+// B fragment from two words of x: (wa, wb) = ((v, v+1), (v+2, v+3)) -> b0 = (v, v+2), b1 = (v+1, v+3).
+__device__ __forceinline__ void xfrag(uint32_t wa, uint32_t wb, uint32_t& b0, uint32_t& b1) {
+  b0 = __byte_perm(wa, wb, 0x5410);
+  b1 = __byte_perm(wa, wb, 0x7632);
+}
+
+template <typename T>
+__device__ __forceinline__ float to_float(T v) {
+  if constexpr (std::is_same<T, __nv_bfloat16>::value) return __bfloat162float(v);
+  else return __half2float(v);
+}
+template <typename T>
+__device__ __forceinline__ T from_float(float v) {
+  if constexpr (std::is_same<T, __nv_bfloat16>::value) return __float2bfloat16_rn(v);
+  else return __float2half_rn(v);
+}
+
+// B fragments of one sub-block for k-steps 0 (b00, b01) and 1 (b10, b11) from this lane's x in
+// shared memory at p (element 4c, mlx4 8c, of the sub-block), in the pairing codes() uses.
+template <class F, typename T>
+__device__ __forceinline__ void x_frags(const T* p, uint32_t& b00, uint32_t& b01, uint32_t& b10, uint32_t& b11) {
+  if constexpr (F::kWideX) {
+    const uint4 xv = *reinterpret_cast<const uint4*>(p);
+    xfrag(xv.x, xv.z, b00, b01);
+    xfrag(xv.y, xv.w, b10, b11);
+  } else {
+    const uint2 x0 = *reinterpret_cast<const uint2*>(p), x1 = *reinterpret_cast<const uint2*>(p + 16);
+    xfrag(x0.x, x0.y, b00, b01);
+    xfrag(x1.x, x1.y, b10, b11);
+  }
+}
+
+// The T pair (v, v) of an fp32 scale, and T-pair arithmetic on packed registers.
+template <typename T>
+__device__ __forceinline__ uint32_t scale_pair(float v) {
+  if constexpr (std::is_same<T, __nv_bfloat16>::value) {
+    const __nv_bfloat162 r = __float2bfloat162_rn(v);
+    return *reinterpret_cast<const uint32_t*>(&r);
+  } else {
+    const __half2 r = __float2half2_rn(v);
+    return *reinterpret_cast<const uint32_t*>(&r);
+  }
+}
+template <typename T>
+using Pair = typename std::conditional<std::is_same<T, __nv_bfloat16>::value, __nv_bfloat162, __half2>::type;
+template <typename T>
+__device__ __forceinline__ uint32_t fma_pair(uint32_t x, uint32_t a, uint32_t b) {
+  const Pair<T> r = __hfma2(*reinterpret_cast<const Pair<T>*>(&x), *reinterpret_cast<const Pair<T>*>(&a),
+                            *reinterpret_cast<const Pair<T>*>(&b));
+  return *reinterpret_cast<const uint32_t*>(&r);
+}
+template <typename T>
+__device__ __forceinline__ uint32_t mul_pair(uint32_t x, uint32_t a) {
+  const Pair<T> r = __hmul2(*reinterpret_cast<const Pair<T>*>(&x), *reinterpret_cast<const Pair<T>*>(&a));
+  return *reinterpret_cast<const uint32_t*>(&r);
+}
+
+// A row's four code registers -> the weights themselves, w = a q + b in T: offset formats' B + q
+// first lose B (exact), then one fma; the others carry q - zero already (or q: q8_0).
+template <class F, typename T>
+__device__ __forceinline__ void scale_codes(uint32_t (&r)[4], float2 s) {
+  const uint32_t a2 = scale_pair<T>(s.x);
+  if constexpr (F::kOffset) {
+    const uint32_t b2 = scale_pair<T>(s.y);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) r[i] = fma_pair<T>(minus_code<T>(r[i], 0), a2, b2);
+  } else {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) r[i] = mul_pair<T>(r[i], a2);
+  }
+}
+
+// The mid-M kernel's sub-blocks js = jb .. jb + U - 1 of a stage for one warp's 16 weight rows and
+// NT column tiles: buf = the stage's bytes (row pitch sb), xst[t] = this lane's x of column tile t
+// at sub-block jb, in shared memory. The scales are applied to the codes before the MMA (weights
+// rounded to T once, as the scratch path's decode does), so the MMAs accumulate straight into acc.
+// (The small-M kernel keeps its own loop with fp32 scales after the MMA: exact codes, and its
+// v10 code generation, which a shared version of this step changed - v11: mlx4 at M = 1 24.4-24.9
+// us against v10's 20.0-20.5. Even sharing only the js -> (j, s, block) lines below through a
+// helper changed mlx4's PTX, so those few lines are repeated there on purpose.)
+template <class F, typename T, int NT, int U>
+__device__ __forceinline__ void subblock_steps(const unsigned char* buf, int sb, int jb, int g, int c,
+                                               const T* const (&xst)[NT], float (&acc)[NT][4]) {
+  const typename F::Scales sg(buf + g * sb, jb), sg8(buf + (g + 8) * sb, jb);
+#pragma unroll
+  for (int u = 0; u < U; ++u) {
+    const int js = jb + u, j = js / F::kSubs, s = js % F::kSubs;
+    const uint8_t* blk_g = buf + g * sb + j * F::kBytes;
+    uint32_t rg[4], rg8[4];
+    F::template codes<T>(blk_g, j, s, c, rg);
+    F::template codes<T>(blk_g + 8 * sb, j, s, c, rg8);
+    scale_codes<F, T>(rg, sg.at(u));
+    scale_codes<F, T>(rg8, sg8.at(u));
+    const uint32_t a0[4] = {rg[0], rg8[0], rg[1], rg8[1]};
+    const uint32_t a1[4] = {rg[2], rg8[2], rg[3], rg8[3]};
+#pragma unroll
+    for (int t = 0; t < NT; ++t) {
+      uint32_t b00, b01, b10, b11;
+      x_frags<F, T>(xst[t] + 32 * u, b00, b01, b10, b11);
+      mma16816<T>(acc[t], a0, b00, b01, acc[t]);
+      mma16816<T>(acc[t], a1, b10, b11, acc[t]);
+    }
+  }
+}
+
+// One stage (its bytes at buf, row pitch RowRing's kStageBytes) of a warp's 16 rows: the stage's
+// 32-element sub-blocks U at a time. xst[t] = this lane's x at the stage's first sub-block,
+// advanced by pointer so each load is pointer + immediate; jb = jq * U keeps jb's low bits known
+// to the compiler, so (jb + u)'s parity (q4_k's nibble half) and 4-alignment fold to constants.
+template <class F, typename T, int NT, int U>
+__device__ __forceinline__ void stage_steps(const unsigned char* buf, int g, int c, const T* (&xst)[NT],
+                                            float (&acc)[NT][4]) {
+  using Ring = RowRing<F>;
+  static_assert((Ring::kStageBlocks * F::kSubs) % 4 == 0, "stages hold a multiple of 4 sub-blocks");
+#pragma unroll 1
+  for (int jq = 0; jq < Ring::kStageBlocks * F::kSubs / U; ++jq) {
+    subblock_steps<F, T, NT, U>(buf, Ring::kStageBytes, jq * U, g, c, xst, acc);
+#pragma unroll
+    for (int t = 0; t < NT; ++t) xst[t] += 32 * U;
+  }
+}
+
+// fn(F{}) for the format traits F of p's format (and mlx4 group); cudaErrorInvalidValue for a
+// format the tensor-core kernels do not handle.
+template <class Fn>
+cudaError_t with_format(const uqr_gemm_params& p, Fn&& fn) {
+  switch (p.fmt) {
+    case UQR_Q4_0: return fn(Traits<UQR_Q4_0>{});
+    case UQR_Q4_1: return fn(Traits<UQR_Q4_1>{});
+    case UQR_Q8_0: return fn(Traits<UQR_Q8_0>{});
+    case UQR_Q4_K: return fn(Traits<UQR_Q4_K>{});
+    case UQR_TERNARY: return fn(Traits<UQR_TERNARY>{});
+    case UQR_MLX4:
+      if (p.group_size == 32) return fn(Mlx4<32>{});
+      if (p.group_size == 64) return fn(Mlx4<64>{});
+      return fn(Mlx4<128>{});
+    default: return cudaErrorInvalidValue;
+  }
+}
+
+// Accumulator q of a warp's tile: weight row g (+8 for q >= 2), activation row t * 8 + 2c + (q & 1).
+template <typename T>
+__device__ __forceinline__ void store_acc(const uqr_gemm_params& p, void* y, int rows, int n0, int r0, int g, int c,
+                                          int t, int q, float v) {
+  const int n = n0 + g + (q >= 2 ? 8 : 0);
+  const int r = r0 + t * 8 + 2 * c + (q & 1);
+  if (n < p.N && r < rows) {
+    const int b = r / p.M, m = r - b * p.M;
+    static_cast<T*>(y)[uqr_y_offset(p, b, m, n)] = from_float<T>(v);
+  }
+}
+
+}  // namespace qmma
+
+// More than kQmmaMaxRows activation rows (qmma_mid_m.cu); a's call already checked by qmma_unsupported.
+cudaError_t qmma_mid_m(const qmma::QmmaArgs& a, bool bf16, cudaStream_t stream);
+
+}  // namespace cuda
+}  // namespace uqr

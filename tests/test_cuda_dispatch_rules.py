@@ -1,0 +1,37 @@
+"""The CUDA dispatch rules that need no GPU: which row counts and shapes ``auto`` sends to the
+tensor-core kernels (qmma_auto) and which calls those kernels accept (qmma_fits, the mirror of the
+C++ qmma_unsupported). Runs on CPU tensors in CI; tests/test_cuda_qmma.py runs the kernels."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+pytest.importorskip("triton")
+from torch_uqr.triton_kernels import configs, dispatch  # noqa: E402
+from torch_uqr.triton_kernels.testing import random_packed  # noqa: E402
+
+
+def test_auto_row_limits() -> None:
+    small, mid, big = configs.QMMA_MAX_ROWS, configs.QMMA_MID_MAX_ROWS, configs.QMMA_MID_MIN_N
+    assert dispatch.qmma_auto("q4_0", 1, 64) and dispatch.qmma_auto("q4_0", small, 64)
+    assert not dispatch.qmma_auto("q4_0", small + 1, big - 1), "mid-M kernel needs N to fill the GPU"
+    assert dispatch.qmma_auto("q4_0", small + 1, big) and dispatch.qmma_auto("q4_k", mid, 14336)
+    assert not dispatch.qmma_auto("q4_0", mid + 1, 14336)
+    q8 = configs.QMMA_MID_FORMAT_MAX_ROWS["q8_0"]
+    assert dispatch.qmma_auto("q8_0", q8, 14336) and not dispatch.qmma_auto("q8_0", q8 + 1, 14336)
+
+
+def test_fits_alignment_and_stage() -> None:
+    K = 512
+    w = random_packed("q4_0", 32, K, 0, seed=3)
+    x = torch.randn(40, K, dtype=torch.bfloat16)
+    assert dispatch.qmma_fits(x, w, "q4_0", K, 0, False, 40)
+    x8 = torch.randn(17 * K + 4, dtype=torch.bfloat16)[4:].view(17, K)  # base 8 bytes off 16
+    assert x8.data_ptr() % 16 == 8
+    assert dispatch.qmma_fits(x8[:16], w, "q4_0", K, 0, False, 16), "small-M kernel loads 8 bytes"
+    assert not dispatch.qmma_fits(x8, w, "q4_0", K, 0, False, 17), "mid-M kernel copies 16 bytes"
+    assert not dispatch.qmma_fits(x.float(), w, "q4_0", K, 0, False, 40), "fp32 x"
+    assert not dispatch.qmma_fits(x, w, "q4_0", K, 0, False, configs.QMMA_KERNEL_MAX_ROWS + 1)
+    w_odd = random_packed("q4_0", 32, 288, 0, seed=4)  # K = 288: not a whole 256-element stage
+    assert not dispatch.qmma_fits(torch.randn(20, 288, dtype=torch.bfloat16), w_odd, "q4_0", 288, 0, False, 20)
+    assert not dispatch.qmma_fits(x, w, "var_affine", K, 0, False, 40), "format without a tensor-core kernel"
