@@ -1,8 +1,7 @@
 """Sweep of the tensor-core kernels on the GPU: time + check uqr::_qmma_cuda (and, with --cublas /
 --peers, cuBLAS and other gemm_triton kernels beside it) for a few formats, shapes and row counts,
 with bench_cuda's method (graph replay, weights rotated out of L2, median). UQR_QMMA_TAG labels the
-rows (the version being measured); the mid-M kernel's knobs UQR_QMMA_MID_POST / UQR_QMMA_MID_NT
-are read from the environment by the extension.
+rows (the version being measured).
 
     UQR_QMMA_TAG=v11 python bench/qmma_sweep.py --M 1,16,128 --peers fused,scratch --json out.json
 """
