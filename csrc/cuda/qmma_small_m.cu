@@ -6,9 +6,9 @@
 // Work split: a CTA owns 16 weight rows (the MMA's M side) and 1-8 warps that split K; each
 // warp streams its 16 rows' bytes in stages of 256 (mlx4 g128: 512) elements through a private
 // cp.async ring, and the warps' partial sums meet in shared memory at the end. The copy and
-// sub-block loops stay written out here, as measured in v10: routing them through the mid-M
-// kernel's shared RowRing / subblock_steps changed the generated code and cost mlx4 ~20 % at
-// M = 1 (bench/NOTES.md v11).
+// sub-block loops stay written out here, as measured in v10: routing the sub-block loop through
+// the mid-M kernel's subblock_steps cost mlx4 ~20 % at M = 1 (bench/NOTES.md v11), and the shared
+// RowRing adds 64-bit address work to every stage's copies (PTX), so neither is used here.
 #include "qmma_small_m.h"
 #include "cuda_common.cuh"
 #include "qmma_traits.cuh"
@@ -113,11 +113,7 @@ __global__ void __launch_bounds__(kMaxWarpsK * 32) __maxnreg__((max_regs<F, NT>(
     const unsigned char* buf = ring + slot_out * kRows * sb;
     slot_out = slot_out == kStages - 1 ? 0 : slot_out + 1;
     const int k_stage = (s0 + i) * kStageElems;
-    // A stage lies inside one x head (x_head_dim is a multiple of the stage): one division here,
-    // and every x load below is this lane's base plus a constant.
-    const int64_t x_stage = (p.x_head_dim == p.K ? k_stage
-        : static_cast<int64_t>(k_stage / p.x_head_dim) * p.x_head_stride + k_stage % p.x_head_dim) +
-        (F::kWideX ? 8 : 4) * c;
+    const int64_t x_stage = x_stage_offset(p, k_stage) + (F::kWideX ? 8 : 4) * c;
     // x of the current U sub-blocks, advanced by pointer so each load is pointer + immediate (an
     // int index jb * 32 cost a 64-bit address computation per load in v10's SASS).
     const T* xst[NT];
@@ -202,13 +198,7 @@ __global__ void __launch_bounds__(kMaxWarpsK * 32) __maxnreg__((max_regs<F, NT>(
     for (int q = 0; q < 4; ++q) {
       float v = acc[t][q];
       for (int wk = 1; wk < warps_k; ++wk) v += red[((wk - 1) * NT * 4 + t * 4 + q) * 32 + lane];
-      // Accumulator q: weight row g (+8 for q >= 2), activation row t * 8 + 2c + (q & 1).
-      const int n = row0 + g + (q >= 2 ? 8 : 0);
-      const int r = t * 8 + 2 * c + (q & 1);
-      if (n < p.N && r < a.rows) {
-        const int b = r / p.M, m = r - b * p.M;
-        static_cast<T*>(a.y)[uqr_y_offset(p, b, m, n)] = from_float<T>(v);
-      }
+      store_acc<T>(p, a.y, a.rows, row0, 0, g, c, t, q, v);
     }
 }
 
