@@ -32,7 +32,7 @@ for fmt in ("q4_0", "var_affine", "ternary"):
     gemm_triton(torch.randn(512, device="cuda"), w, fmt, 72, 512)
     if fmt == "ternary":
         gemm_triton(x, w, fmt, 72, 512, 0, out_heads=3, in_heads=True, path="vec")
-for fmt, g in (("q4_0", 0), ("q4_k", 0), ("mlx4", 128), ("q8_0", 0)):  # tensor-core small- and mid-M kernels
+for fmt, g in (("q4_0", 0), ("q4_k", 0), ("mlx4", 128), ("q8_0", 0), ("var_affine", 0), ("exl3", 0)):  # tensor-core kernels
     w = random_packed(fmt, 37, 1024, g, seed=2, device="cuda")
     for rows in (1, 9, 16):
         gemm_triton(torch.randn(rows, 1024, device="cuda", dtype=torch.bfloat16), w, fmt, 37, 1024, g, kernel="qmma")

@@ -21,6 +21,15 @@ def test_auto_row_limits() -> None:
     assert dispatch.qmma_auto("q8_0", q8, 14336) and not dispatch.qmma_auto("q8_0", q8 + 1, 14336)
 
 
+def test_scratch_rows_by_dtype_and_format() -> None:
+    half, lo = configs.SCRATCH_HALF_MIN_M, configs.SCRATCH_AUTO_MIN_M
+    for dt in (torch.bfloat16, torch.float16):
+        assert dispatch.scratch_auto("q4_k", half, dt) and not dispatch.scratch_auto("q4_k", half - 1, dt)
+        assert not dispatch.scratch_auto("q8_0", 64, dt) and dispatch.scratch_auto("ternary", 128, dt)
+    assert not dispatch.scratch_auto("q4_k", lo - 1, torch.float32) and dispatch.scratch_auto("q4_k", lo, torch.float32)
+    assert not dispatch.scratch_auto("q4_k", lo - 1, torch.bfloat16, bmm_per_batch=True)
+
+
 def test_fits_alignment_and_stage() -> None:
     K = 512
     w = random_packed("q4_0", 32, K, 0, seed=3)
@@ -34,4 +43,9 @@ def test_fits_alignment_and_stage() -> None:
     assert not dispatch.qmma_fits(x, w, "q4_0", K, 0, False, configs.QMMA_KERNEL_MAX_ROWS + 1)
     w_odd = random_packed("q4_0", 32, 288, 0, seed=4)  # K = 288: not a whole 256-element stage
     assert not dispatch.qmma_fits(torch.randn(20, 288, dtype=torch.bfloat16), w_odd, "q4_0", 288, 0, False, 20)
-    assert not dispatch.qmma_fits(x, w, "var_affine", K, 0, False, 40), "format without a tensor-core kernel"
+    for fmt in ("var_affine", "exl3"):  # 256-element blocks of 160 / 144 bytes: one 16-byte-aligned stage
+        wf = random_packed(fmt, 32, K, 0, seed=5)
+        assert dispatch.qmma_fits(x, wf, fmt, K, 0, False, 40) and dispatch.qmma_fits(x[:1], wf, fmt, K, 0, False, 1)
+        xh = torch.randn(4, 40, K // 4, dtype=torch.bfloat16)  # x heads of 128: a stage would straddle two
+        assert not dispatch.qmma_fits(xh, wf, fmt, K, 0, True, 40)
+        assert dispatch.qmma_fits(torch.randn(2, 40, K // 2, dtype=torch.bfloat16), wf, fmt, K, 0, True, 40)

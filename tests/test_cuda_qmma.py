@@ -18,9 +18,10 @@ from cuda_test_helpers import check_close, fresh_seed
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 
 FORMATS = [("q4_0", 0), ("q4_1", 0), ("q8_0", 0), ("q4_k", 0), ("mlx4", 32), ("mlx4", 64), ("mlx4", 128),
-           ("ternary", 0)]
+           ("var_affine", 0), ("exl3", 0), ("ternary", 0)]
 # Codes and products are exact, accumulation fp32: the error is y's rounding (bf16 2^-9, fp16 2^-12)
-# plus fp32 sums of B + q (B = 128 / 1024) that cancel against the offset term.
+# plus fp32 sums of B + q (B = 128 / 1024) that cancel against the offset term. (exl3, and every
+# format in the mid-M kernel, round each weight to x's dtype once: within the same bounds.)
 TOL = {torch.bfloat16: 6e-3, torch.float16: 1.5e-3}
 
 
@@ -74,7 +75,7 @@ def _check_layouts(fmt: str, N: int, cases: tuple) -> None:
         _check(_qmma(xp, w, fmt, N, K, g, H_out), heads, torch.bfloat16, f"{fmt} y heads b={batch} M={M}")
 
 
-@pytest.mark.parametrize("fmt", ["q4_0", "q4_k", "mlx4", "ternary"])
+@pytest.mark.parametrize("fmt", ["q4_0", "q4_k", "mlx4", "var_affine", "ternary"])
 def test_qmma_layouts(fmt: str) -> None:
     """Small-M rows (batch * M <= 16) in every layout."""
     _check_layouts(fmt, 256, ((2, 3), (1, 7), (4, 4), (2, 8)))
@@ -133,7 +134,7 @@ def test_qmma_mid_m(fmt: str, g: int) -> None:
                 _check(_qmma(x, w, fmt, N, K, g), x.double() @ wref.t(), dtype, f"{fmt} {N}x{K} M={M} {dtype}")
 
 
-@pytest.mark.parametrize("fmt", ["q4_0", "q4_k", "mlx4"])
+@pytest.mark.parametrize("fmt", ["q4_0", "q4_k", "mlx4", "exl3"])
 def test_qmma_mid_m_layouts(fmt: str) -> None:
     """Mid-M rows (33, 40, 140: partial column tiles, batch boundaries inside a tile) in every layout."""
     _check_layouts(fmt, 264, ((3, 11), (1, 40), (2, 70)))

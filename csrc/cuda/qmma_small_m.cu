@@ -31,11 +31,11 @@ constexpr int kRows = kWarpRows;  // weight rows per CTA (v10: two tiles per war
 template <class F, int NT>
 __host__ __device__ constexpr int unroll_subs() { return NT == 1 || F::kWideX ? 4 : 2; }
 // Register cap per thread. 72 lets 7 CTAs of 4 warps share an SM, so a 14336-row grid (896 CTAs)
-// is resident at once with 4 K-splitting warps (mlx4 spills below 80). Two column tiles are left
+// is resident at once with 4 K-splitting warps (mlx4 and exl3's table lookup spill below 80). Two column tiles are left
 // uncapped: capped at 72 their x loads' L2 latency was exposed (v10: q4_0 M = 16 47.7 us vs 35).
 template <class F, int NT>
 __host__ __device__ constexpr int max_regs() {
-  return NT == 1 ? (F::kWideX ? 80 : 72) : 128;
+  return NT == 1 ? (F::kWideX || Prescaled<F>::value ? 80 : 72) : 128;
 }
 
 template <class F, typename T, int NT>
@@ -283,7 +283,8 @@ const char* qmma_unsupported(const uqr_gemm_params& p, int rows, bool half_x, ui
   if (!half_x) return "x must be bfloat16 or float16";
   if (rows < 1 || rows > kQmmaMidMaxRows) return "batch * M must be 1..2^20";
   switch (p.fmt) {
-    case UQR_Q4_0: case UQR_Q4_1: case UQR_Q8_0: case UQR_Q4_K: case UQR_TERNARY: break;
+    case UQR_Q4_0: case UQR_Q4_1: case UQR_Q8_0: case UQR_Q4_K: case UQR_TERNARY: case UQR_VAR_AFFINE:
+    case UQR_EXL3: break;
     case UQR_MLX4:
       if (p.group_size != 32 && p.group_size != 64 && p.group_size != 128) return "mlx4 group must be 32/64/128";
       break;

@@ -138,6 +138,18 @@ __device__ __forceinline__ uint32_t minus_code(uint32_t v, uint32_t o) {
   }
 }
 
+// The T pair (lo, hi) of two fp32 values, each rounded to T.
+template <typename T>
+__device__ __forceinline__ uint32_t pack_pair(float lo, float hi) {
+  if constexpr (std::is_same<T, __nv_bfloat16>::value) {
+    const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+    return *reinterpret_cast<const uint32_t*>(&v);
+  } else {
+    const __half2 v = __floats2half2_rn(lo, hi);
+    return *reinterpret_cast<const uint32_t*>(&v);
+  }
+}
+
 __device__ __forceinline__ float half_at(const uint8_t* p) {
   return __half2float(__ushort_as_half(*reinterpret_cast<const unsigned short*>(p)));
 }
@@ -222,15 +234,8 @@ struct Traits<UQR_Q8_0> {
   template <typename T>
   __device__ static uint32_t pack2(uint32_t w, int i, int j) {
     // Signed bytes i and j of w -> two exact T values (|q| <= 128 fits either mantissa).
-    const float lo = static_cast<float>(static_cast<int8_t>((w >> (8 * i)) & 0xFF));
-    const float hi = static_cast<float>(static_cast<int8_t>((w >> (8 * j)) & 0xFF));
-    if constexpr (std::is_same<T, __nv_bfloat16>::value) {
-      const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
-      return *reinterpret_cast<const uint32_t*>(&v);
-    } else {
-      const __half2 v = __floats2half2_rn(lo, hi);
-      return *reinterpret_cast<const uint32_t*>(&v);
-    }
+    return pack_pair<T>(static_cast<float>(static_cast<int8_t>((w >> (8 * i)) & 0xFF)),
+                        static_cast<float>(static_cast<int8_t>((w >> (8 * j)) & 0xFF)));
   }
   template <typename T>
   __device__ static void codes(const uint8_t* blk, int j, int, int c, uint32_t (&r)[4]) {
@@ -321,6 +326,101 @@ struct Traits<UQR_TERNARY> {
   __device__ static float2 scale(const uint8_t* blk, int) { return make_float2(half_at(blk), 0.f); }
 };
 
+// var_affine: sub-block s holds 32 codes of B = modes[s] & 7 bits (3..5) from bit 32 (B_0 + ...
+// + B_{s-1}), i.e. from a word boundary; w = d s_s q + bias b_s. Lane c's four codes of k-step h
+// (elements 16h + 4c .. +3) are 4B <= 20 consecutive bits: one funnel shift out of two words. Then
+// each pair (e, e + 2) is e's bits in the low half and e + 2's moved to bit 16 (a shift and a
+// PRMT), masked and given the exponent (one LOP3), as in code_pair. The rows of a warp have
+// different depths, so B is a per-lane value, not a branch.
+template <>
+struct Traits<UQR_VAR_AFFINE> {
+  static constexpr int kElems = 256, kSubs = 8;
+  static constexpr bool kOffset = true, kWideX = false;
+  static constexpr int kBytes = UQR_VAR_AFFINE_BYTES;
+  using Scales = BlockScales<Traits>;
+  template <typename T>
+  __device__ static void codes(const uint8_t* blk, int, int s, int c, uint32_t (&r)[4]) {
+    // Depths of sub-blocks 0-3 and 4-7, one per byte; times 0x01010101 each byte holds the
+    // running sum of the depths up to it (at most 20: no carries between bytes).
+    const uint32_t m0 = u32_at4(blk + UQR_VAR_AFFINE_MODES) & 0x07070707u;
+    const uint32_t m1 = u32_at4(blk + UQR_VAR_AFFINE_MODES + 4) & 0x07070707u;
+    const uint32_t ms = s < 4 ? m0 : m1, sh = 8 * (s & 3);
+    const uint32_t B = (ms >> sh) & 0xFFu;
+    uint32_t before = ((ms * 0x01010101u) << 8 >> sh) & 0xFFu;  // depths of the earlier ones in ms
+    if (s >= 4) before += (m0 * 0x01010101u) >> 24;
+    const uint32_t* qs = reinterpret_cast<const uint32_t*>(blk + UQR_VAR_AFFINE_QS);
+    const uint32_t mask = ((1u << B) - 1u) * 0x00010001u;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const uint32_t bit = 32u * before + static_cast<uint32_t>(16 * h + 4 * c) * B;
+      const uint32_t wi = bit >> 5;
+      // The second word is needed only when the codes cross into it; the last word has no
+      // successor in the block (its codes never cross), so it is re-read instead.
+      const uint32_t v = __funnelshift_r(qs[wi], qs[min(wi + 1u, 31u)], bit & 31u);
+      // Codes at bits 0, B, 2B, 3B: (e0, e2) and (e1, e3) with the second moved to bit 16.
+      const uint32_t p02 = __byte_perm(v, v << (16u - 2u * B), 0x7610);
+      const uint32_t p13 = __byte_perm(v >> B, v << (16u - 3u * B), 0x7610);
+      r[2 * h] = (p02 & mask) | Magic<T>::kPair;
+      r[2 * h + 1] = (p13 & mask) | Magic<T>::kPair;
+    }
+  }
+  __device__ static float2 scale(const uint8_t* blk, int s) {
+    return make_float2(half_at(blk) * static_cast<float>(blk[UQR_VAR_AFFINE_SCALES + s]),
+                       half_at(blk + 2) * static_cast<float>(blk[UQR_VAR_AFFINE_BIASES + s]));
+  }
+};
+
+// exl3: w = d (s_s P[k] + r_s R[k]) + bias is not a q -> a q + b map, so the codes cannot stay
+// exact with the scales applied after the MMA: each sub-block gets its own table of 8 weights in T
+// (rounded once, as the scratch path's decode rounds them) and the codes look it up. The 4 lanes
+// of a fragment row compute 2 levels each and share them by shuffles; a PRMT then looks up 4 codes
+// at once in the table's low bytes and one in its high bytes (a code is a byte index 0..7 of two
+// registers). kPrescaled: codes() returns the weights themselves (scale() is 1, 0).
+template <>
+struct Traits<UQR_EXL3> {
+  static constexpr int kElems = 256, kSubs = 8;
+  static constexpr bool kOffset = false, kWideX = false, kPrescaled = true;
+  static constexpr int kBytes = UQR_EXL3_BYTES;
+  using Scales = BlockScales<Traits>;
+  template <typename T>
+  __device__ static void codes(const uint8_t* blk, int, int s, int c, uint32_t (&r)[4]) {
+    const uint32_t dd = u32_at4(blk);
+    const float d = __half2float(__ushort_as_half(static_cast<unsigned short>(dd & 0xFFFFu)));
+    const float bias = __half2float(__ushort_as_half(static_cast<unsigned short>(dd >> 16)));
+    const int sj = blk[UQR_EXL3_SCALES + s], rj = blk[UQR_EXL3_RESIDUALS + s];
+    const uint8_t* cb = blk + UQR_EXL3_CODEBOOK + 2 * c;  // P[2c], P[2c + 1]; R at + 8
+    // s P + r R is an exact integer; only d * and + bias round (as the reference decoder).
+    const float l0 = __fmaf_rn(d, static_cast<float>(sj * static_cast<int8_t>(cb[0]) + rj * static_cast<int8_t>(cb[8])), bias);
+    const float l1 = __fmaf_rn(d, static_cast<float>(sj * static_cast<int8_t>(cb[1]) + rj * static_cast<int8_t>(cb[9])), bias);
+    const uint32_t mine = pack_pair<T>(l0, l1);
+    const uint32_t w0 = __shfl_sync(0xFFFFFFFFu, mine, 0, 4), w1 = __shfl_sync(0xFFFFFFFFu, mine, 1, 4);
+    const uint32_t w2 = __shfl_sync(0xFFFFFFFFu, mine, 2, 4), w3 = __shfl_sync(0xFFFFFFFFu, mine, 3, 4);
+    // Low and high bytes of levels 0..7: byte k of (lo_a, lo_b) is level k's low byte.
+    const uint32_t lo_a = __byte_perm(w0, w1, 0x6420), lo_b = __byte_perm(w2, w3, 0x6420);
+    const uint32_t hi_a = __byte_perm(w0, w1, 0x7531), hi_b = __byte_perm(w2, w3, 0x7531);
+    const uint32_t* qs = reinterpret_cast<const uint32_t*>(blk + UQR_EXL3_QS + 12 * s);  // 96 bits
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      // Lane c's codes of k-step h: elements 16h + 4c .. +3, 12 bits from bit 48h + 12c; past
+      // the sub-block's third word they never reach (re-read it instead).
+      const uint32_t bit = static_cast<uint32_t>(48 * h + 12 * c), wi = bit >> 5;
+      const uint32_t v = __funnelshift_r(qs[wi], qs[min(wi + 1u, 2u)], bit & 31u);
+      // 3-bit codes at bits 0, 3, 6, 9 -> PRMT selector nibbles 0, 4, 8, 12.
+      const uint32_t sel = (v & 0x7u) | ((v << 1) & 0x70u) | ((v << 2) & 0x700u) | ((v << 3) & 0x7000u);
+      const uint32_t lo = __byte_perm(lo_a, lo_b, sel), hi = __byte_perm(hi_a, hi_b, sel);
+      r[2 * h] = __byte_perm(lo, hi, 0x6240);      // (e0, e2)
+      r[2 * h + 1] = __byte_perm(lo, hi, 0x7351);  // (e1, e3)
+    }
+  }
+  __device__ static float2 scale(const uint8_t*, int) { return make_float2(1.f, 0.f); }
+};
+
+// Whether F's codes() already returns the weights (exl3), so no scale is applied to them.
+template <class F, class = void>
+struct Prescaled : std::false_type {};
+template <class F>
+struct Prescaled<F, std::void_t<decltype(F::kPrescaled)>> : std::integral_constant<bool, F::kPrescaled> {};
+
 // B fragment from two words of x: (wa, wb) = ((v, v+1), (v+2, v+3)) -> b0 = (v, v+2), b1 = (v+1, v+3).
 __device__ __forceinline__ void xfrag(uint32_t wa, uint32_t wb, uint32_t& b0, uint32_t& b1) {
   b0 = __byte_perm(wa, wb, 0x5410);
@@ -383,7 +483,9 @@ __device__ __forceinline__ uint32_t mul_pair(uint32_t x, uint32_t a) {
 template <class F, typename T>
 __device__ __forceinline__ void scale_codes(uint32_t (&r)[4], float2 s) {
   const uint32_t a2 = scale_pair<T>(s.x);
-  if constexpr (F::kOffset) {
+  if constexpr (Prescaled<F>::value) {
+    return;
+  } else if constexpr (F::kOffset) {
     const uint32_t b2 = scale_pair<T>(s.y);
 #pragma unroll
     for (int i = 0; i < 4; ++i) r[i] = fma_pair<T>(minus_code<T>(r[i], 0), a2, b2);
@@ -453,6 +555,8 @@ cudaError_t with_format(const uqr_gemm_params& p, Fn&& fn) {
     case UQR_Q8_0: return fn(Traits<UQR_Q8_0>{});
     case UQR_Q4_K: return fn(Traits<UQR_Q4_K>{});
     case UQR_TERNARY: return fn(Traits<UQR_TERNARY>{});
+    case UQR_VAR_AFFINE: return fn(Traits<UQR_VAR_AFFINE>{});
+    case UQR_EXL3: return fn(Traits<UQR_EXL3>{});
     case UQR_MLX4:
       if (p.group_size == 32) return fn(Mlx4<32>{});
       if (p.group_size == 64) return fn(Mlx4<64>{});

@@ -58,7 +58,7 @@ QMMA_MAX_ROWS = 16
 QMMA_SMALL_MAX_ROWS = 16
 QMMA_KERNEL_MAX_ROWS = 1 << 20  # the op's limit (kQmmaMidMaxRows): above 16 rows, qmma_mid_m.cu
 QMMA_ENABLED = True
-QMMA_FORMATS = ("q4_0", "q4_1", "q8_0", "q4_k", "mlx4", "ternary")
+QMMA_FORMATS = ("q4_0", "q4_1", "q8_0", "q4_k", "mlx4", "var_affine", "exl3", "ternary")
 # Per-format row limit where the Triton fused kernel measured faster above it. Empty since v10
 # (q8_0 at 16 rows: 42.7 us here vs 47.3 fused on 14336 x 4096; v9 had kept q8_0 to 8 rows).
 QMMA_FORMAT_MAX_ROWS: dict[str, int] = {}
@@ -75,6 +75,14 @@ QMMA_MID_MIN_N = 8192
 GEMV_AUTO_MAX_M = 1
 # From this M on, decoding once into a scratch matrix and calling cuBLAS beats the fused kernel.
 SCRATCH_AUTO_MIN_M = 128
+# With bf16 / fp16 x, rows the tensor-core kernels do not take (17-127 when N < QMMA_MID_MIN_N, or
+# 65-127) go to the scratch path from 17 rows: v11b (results/h200_v11b_sweep.json), 24-128 rows,
+# scratch vs fused on 4096 x 4096: q4_0 21.4-25.6 vs 26.0-39.6 us, q4_k 22.0-26.5 vs 33.0-42.8,
+# mlx4 21.5-26.0 vs 22.0-28.9; on 14336 x 4096 at 128 rows 80.7 vs 144.2 (q4_0). q8_0 and ternary
+# keep the fused kernel below 128 rows: it measured faster for them to 64 rows on both N = 4096
+# shapes (4096 x 4096 q8_0 24-64 rows: 19.4-24.9 vs 25.6-25.8).
+SCRATCH_HALF_MIN_M = 17
+SCRATCH_HALF_FORMAT_MIN_M: dict[str, int] = {"q8_0": 128, "ternary": 128}
 # A split over K is worth it while the (n, m) tiles alone leave SMs idle; aim for this many programs
 # (small-M tiles are latency-bound: sweep v3 measured split 16 faster than split 4 at M = 16).
 TARGET_PROGRAMS_PER_SM = 8

@@ -79,6 +79,16 @@ def qmma_auto(fmt: str, rows: int, N: int) -> bool:
     return rows <= configs.QMMA_MID_FORMAT_MAX_ROWS.get(fmt, configs.QMMA_MID_MAX_ROWS) and N >= configs.QMMA_MID_MIN_N
 
 
+def scratch_auto(fmt: str, rows: int, x_dtype: torch.dtype, bmm_per_batch: bool = False) -> bool:
+    """Whether path ``auto`` decodes into a scratch matrix + cuBLAS for ``rows`` activation rows
+    that no tensor-core kernel took (limits measured on the H200, configs.py). ``bmm_per_batch``:
+    the scratch path would launch one cuBLAS call per x batch (direct-head y of a batched x), so
+    the lower half-precision limit, measured on single matrices, does not apply."""
+    if x_dtype in (torch.bfloat16, torch.float16) and not bmm_per_batch:
+        return rows >= configs.SCRATCH_HALF_FORMAT_MIN_M.get(fmt, configs.SCRATCH_HALF_MIN_M)
+    return rows >= configs.SCRATCH_AUTO_MIN_M
+
+
 def _check_weight(w: torch.Tensor, x: torch.Tensor, fmt: str, N: int, K: int, group_size: int) -> None:
     if fmt not in FORMAT_CODES:
         raise ValueError(f"fmt: expected one of {sorted(FORMAT_CODES)}, got {fmt!r}")
@@ -147,7 +157,7 @@ def gemm_triton(x: torch.Tensor, w: torch.Tensor, fmt: str, N: int, K: int, grou
         if path == "auto" and rows <= configs.GEMV_AUTO_MAX_M:
             kernel = "gemv"
         else:
-            kernel = "scratch" if rows >= configs.SCRATCH_AUTO_MIN_M else "fused"
+            kernel = "scratch" if scratch_auto(fmt, rows, lay.x.dtype, lay.y_hs and lay.batch > 1) else "fused"
     if path == "auto":
         path = "vec" if fmt == "ternary" and rows <= configs.VEC_AUTO_MAX_M else "mma"
     if path == "vec":
