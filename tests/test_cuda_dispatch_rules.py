@@ -35,3 +35,19 @@ def test_fits_alignment_and_stage() -> None:
     w_odd = random_packed("q4_0", 32, 288, 0, seed=4)  # K = 288: not a whole 256-element stage
     assert not dispatch.qmma_fits(torch.randn(20, 288, dtype=torch.bfloat16), w_odd, "q4_0", 288, 0, False, 20)
     assert not dispatch.qmma_fits(x, w, "var_affine", K, 0, False, 40), "format without a tensor-core kernel"
+
+
+def test_scratch_decoder_choice(monkeypatch) -> None:
+    """The scratch path takes the CUDA C++ decoder only when the extension has it and the switch
+    is on; otherwise the Triton one (CPU torch: never built here, so Triton)."""
+    monkeypatch.setattr(dispatch, "cuda_dequant_available", lambda: True)
+    monkeypatch.setattr(configs, "CUDA_DEQUANT_ENABLED", True)
+    assert dispatch.scratch_decoder() is dispatch.dequantize_cuda
+    monkeypatch.setattr(configs, "CUDA_DEQUANT_ENABLED", False)
+    assert dispatch.scratch_decoder() is dispatch.dequantize_triton
+    monkeypatch.setattr(configs, "CUDA_DEQUANT_ENABLED", True)
+    monkeypatch.setattr(dispatch, "cuda_dequant_available", lambda: False)
+    assert dispatch.scratch_decoder() is dispatch.dequantize_triton
+    monkeypatch.undo()
+    if not torch.cuda.is_available():
+        assert not dispatch.cuda_dequant_available(), "a CPU torch build has no CUDA kernels"

@@ -75,6 +75,9 @@ QMMA_MID_MIN_N = 8192
 GEMV_AUTO_MAX_M = 1
 # From this M on, decoding once into a scratch matrix and calling cuBLAS beats the fused kernel.
 SCRATCH_AUTO_MIN_M = 128
+# The scratch path decodes with the CUDA C++ kernel (csrc/cuda/dequant.cu) when the extension has
+# it, else with the Triton decoders; False forces Triton (A/B runs, bench/h200_v12_dequant.sh).
+CUDA_DEQUANT_ENABLED = True
 # A split over K is worth it while the (n, m) tiles alone leave SMs idle; aim for this many programs
 # (small-M tiles are latency-bound: sweep v3 measured split 16 faster than split 4 at M = 16).
 TARGET_PROGRAMS_PER_SM = 8
