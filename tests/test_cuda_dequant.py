@@ -43,8 +43,8 @@ def _assert_same_bits(got: torch.Tensor, want: torch.Tensor, what: str) -> None:
 
 
 def _reference(w: torch.Tensor, fmt: str, N: int, K: int, g: int) -> torch.Tensor:
-    from torch_uqr import formats
-    return formats.get(fmt).decode(w.cpu(), N, K, g).cuda()  # float32, computed on the CPU
+    from torch_uqr.formats import get as format_module
+    return format_module(fmt).decode(w.cpu(), N, K, g).cuda()  # float32, computed on the CPU
 
 
 @pytest.mark.parametrize("fmt,g", FORMATS, ids=IDS)
