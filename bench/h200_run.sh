@@ -18,7 +18,7 @@ LOG="$OUT/run.log"
     && echo "build ok ($(( $(date +%s) - t0 )) s)" || { echo "BUILD FAILED (tests of the registered op will skip)"; tail -20 "$OUT/build.log"; }
   echo "== CUDA correctness tests"
   t0=$(date +%s)
-  python3 -m pytest -q -n 8 tests/test_triton_cuda.py tests/test_cuda_qmma.py 2>&1 | tail -25
+  python3 -m pytest -q -n 8 tests/test_triton_cuda.py tests/test_cuda_qmma.py tests/test_cuda_dequant.py 2>&1 | tail -25
   echo "tests took $(( $(date +%s) - t0 )) s"
   echo "== compute-sanitizer (memcheck, small case: split-K, heads, vec)"
   timeout 240 compute-sanitizer --tool memcheck --print-limit 20 python3 - <<'PY' 2>&1 | tail -8
@@ -40,6 +40,10 @@ for fmt, g in (("q4_0", 0), ("q4_k", 0), ("mlx4", 128), ("q8_0", 0), ("var_affin
                 out_heads=1, in_heads=True, kernel="qmma")
     for rows in (17, 70):  # mid-M kernel: partial column tiles, rows past N
         gemm_triton(torch.randn(rows, 1024, device="cuda", dtype=torch.bfloat16), w, fmt, 37, 1024, g, kernel="qmma")
+from torch_uqr.triton_kernels.dequant import dequantize_cuda
+for fmt, g in (("q4_0", 0), ("mlx4", 64), ("var_affine", 0), ("exl3", 0), ("ternary", 0)):  # decode-to-dense
+    for dt in (torch.bfloat16, torch.float32):
+        dequantize_cuda(random_packed(fmt, 37, 1024, g, seed=3, device="cuda"), fmt, 37, 1024, g, dtype=dt)
 torch.cuda.synchronize(); print("sanitizer case ran")
 PY
   fi

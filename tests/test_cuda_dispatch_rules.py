@@ -49,3 +49,19 @@ def test_fits_alignment_and_stage() -> None:
         xh = torch.randn(4, 40, K // 4, dtype=torch.bfloat16)  # x heads of 128: a stage would straddle two
         assert not dispatch.qmma_fits(xh, wf, fmt, K, 0, True, 40)
         assert dispatch.qmma_fits(torch.randn(2, 40, K // 2, dtype=torch.bfloat16), wf, fmt, K, 0, True, 40)
+
+
+def test_scratch_decoder_choice(monkeypatch) -> None:
+    """The scratch path takes the CUDA C++ decoder only when the extension has it and the switch
+    is on; otherwise the Triton one (CPU torch: never built here, so Triton)."""
+    monkeypatch.setattr(dispatch, "cuda_dequant_available", lambda: True)
+    monkeypatch.setattr(configs, "CUDA_DEQUANT_ENABLED", True)
+    assert dispatch.scratch_decoder() is dispatch.dequantize_cuda
+    monkeypatch.setattr(configs, "CUDA_DEQUANT_ENABLED", False)
+    assert dispatch.scratch_decoder() is dispatch.dequantize_triton
+    monkeypatch.setattr(configs, "CUDA_DEQUANT_ENABLED", True)
+    monkeypatch.setattr(dispatch, "cuda_dequant_available", lambda: False)
+    assert dispatch.scratch_decoder() is dispatch.dequantize_triton
+    monkeypatch.undo()
+    if not torch.cuda.is_available():
+        assert not dispatch.cuda_dequant_available(), "a CPU torch build has no CUDA kernels"

@@ -18,25 +18,11 @@ namespace uqr::cpu {
 template <int FMT>
 inline void decode8(const uint8_t* blk, int chunk, float* out) { uqr_decode8_fmt<FMT>(blk, chunk, out); }
 
-constexpr int format_block_elems(int fmt, int g) {
-  return fmt == UQR_Q4_K || fmt == UQR_VAR_AFFINE || fmt == UQR_EXL3 ? 256 : fmt == UQR_MLX4 ? g : 32;
-}
-constexpr int format_block_bytes(int fmt, int g) {
-  return fmt == UQR_Q4_0 ? UQR_Q4_0_BYTES
-       : fmt == UQR_Q4_1 ? UQR_Q4_1_BYTES
-       : fmt == UQR_Q8_0 ? UQR_Q8_0_BYTES
-       : fmt == UQR_Q4_K ? UQR_Q4_K_BYTES
-       : fmt == UQR_MLX4 ? 4 + g / 2
-       : fmt == UQR_VAR_AFFINE ? UQR_VAR_AFFINE_BYTES
-       : fmt == UQR_EXL3 ? UQR_EXL3_BYTES
-                         : UQR_TERNARY_BYTES;
-}
-
 // Scalar decoder over the shared uqr_decode8_*: the reference-equal fallback for every format.
 template <int FMT, int G = 0>
 struct GenericDecoder {
-  static constexpr int kElems = format_block_elems(FMT, G);
-  static constexpr int kBytes = format_block_bytes(FMT, G);
+  static constexpr int kElems = uqr_block_elems(FMT, G);
+  static constexpr int kBytes = uqr_block_bytes(FMT, G);
   static constexpr int kVecs = kElems / kLanes;
   static inline void decode(const uint8_t* blk, vf* out) {
     alignas(64) float tmp[kElems];

@@ -83,6 +83,9 @@ SCRATCH_AUTO_MIN_M = 128
 # shapes (4096 x 4096 q8_0 24-64 rows: 19.4-24.9 vs 25.6-25.8).
 SCRATCH_HALF_MIN_M = 17
 SCRATCH_HALF_FORMAT_MIN_M: dict[str, int] = {"q8_0": 128, "ternary": 128}
+# The scratch path decodes with the CUDA C++ kernel (csrc/cuda/dequant.cu) when the extension has
+# it, else with the Triton decoders; False forces Triton (A/B runs, bench/h200_v12_dequant.sh).
+CUDA_DEQUANT_ENABLED = True
 # A split over K is worth it while the (n, m) tiles alone leave SMs idle; aim for this many programs
 # (small-M tiles are latency-bound: sweep v3 measured split 16 faster than split 4 at M = 16).
 TARGET_PROGRAMS_PER_SM = 8

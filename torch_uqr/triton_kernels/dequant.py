@@ -2,7 +2,9 @@
 
 Two users: the tests, which hold every Triton decoder bit-exact against the float64 reference
 through it, and the large-M path that decodes once into a scratch buffer and hands the product to
-cuBLAS (torch.matmul), which wins when M is large enough that the decode pass is amortised.
+cuBLAS (torch.matmul), which wins when M is large enough that the decode pass is amortised. That
+path prefers ``dequantize_cuda`` (the CUDA C++ kernel csrc/cuda/dequant.cu, built with the
+extension) when it exists; ``dispatch.scratch_decoder`` makes the choice.
 """
 from __future__ import annotations
 
@@ -43,4 +45,15 @@ def dequantize_triton(w: torch.Tensor, fmt: str, N: int, K: int, group_size: int
     bn, ns, warps = tile or (DEQUANT_BN, DEQUANT_NS, DEQUANT_WARPS)
     grid = (triton.cdiv(N, bn), triton.cdiv(K // 32, ns))
     _dequant_kernel[grid](w, out, N, K, w.stride(0), FORMAT_CODES[fmt], group_size, bn, ns, num_warps=warps)
+    return out
+
+
+def dequantize_cuda(w: torch.Tensor, fmt: str, N: int, K: int, group_size: int = 0,
+                    dtype: torch.dtype = torch.float32, out: torch.Tensor | None = None) -> torch.Tensor:
+    """Decode packed ``w`` (uint8 [N, row_bytes], any row stride) to ``dtype`` [N, K] with the CUDA
+    C++ kernel (op ``uqr::_dequant_cuda``, which checks every argument); writes into ``out`` when
+    given (a contiguous [N, K] CUDA tensor, whose dtype then wins)."""
+    if out is None:
+        out = torch.empty((N, K), dtype=dtype, device=w.device)
+    torch.ops.uqr._dequant_cuda(w, fmt, N, K, group_size, out)
     return out

@@ -1,7 +1,9 @@
 """``gemm_cuda``: the CUDA implementation of ``uqr::gemm``, choosing a Triton kernel by M and path.
 
     path "vec"  -> ternary_vec.py (ternary only)
-    path "mma"  -> gemm.py, or for large M a Triton decode into a scratch matrix + cuBLAS
+    path "mma"  -> gemm.py, or for large M a decode into a scratch matrix + cuBLAS (the CUDA C++
+                   decoder csrc/cuda/dequant.cu when built and configs.CUDA_DEQUANT_ENABLED,
+                   else Triton's: scratch_decoder)
     path "auto" -> the CUDA C++ tensor-core kernels (op uqr::_qmma_cuda) for bf16/fp16 x, the
                    formats they handle and aligned shapes (qmma_fits): csrc/cuda/qmma_small_m.cu
                    up to configs.QMMA_MAX_ROWS rows, qmma_mid_m.cu for 17..QMMA_MID_MAX_ROWS
@@ -17,7 +19,7 @@ import torch
 
 from . import configs
 from .configs import GemmConfig, VecConfig
-from .dequant import dequantize_triton
+from .dequant import dequantize_cuda, dequantize_triton
 from .formats_meta import FORMAT_CODES, block_geometry
 from .gemm import gemm_mma
 from .gemv import gemm_gemv
@@ -36,14 +38,33 @@ def _sm_count(device: torch.device) -> int:
     return torch.cuda.get_device_properties(device).multi_processor_count
 
 
-@functools.lru_cache(maxsize=None)
-def qmma_available() -> bool:
-    """True when torch_uqr._C was compiled with the CUDA C++ tensor-core small-M kernel."""
+def _has_op(name: str) -> bool:
+    """Whether torch_uqr._C registered the private operator ``uqr::<name>`` (CUDA builds only)."""
     try:
-        torch.ops.uqr._qmma_cuda  # noqa: B018
+        getattr(torch.ops.uqr, name)
     except (AttributeError, RuntimeError):
         return False
     return True
+
+
+@functools.lru_cache(maxsize=None)
+def qmma_available() -> bool:
+    """True when torch_uqr._C was compiled with the CUDA C++ tensor-core small-M kernel."""
+    return _has_op("_qmma_cuda")
+
+
+@functools.lru_cache(maxsize=None)
+def cuda_dequant_available() -> bool:
+    """True when torch_uqr._C was compiled with the CUDA C++ decode-to-dense kernel."""
+    return _has_op("_dequant_cuda")
+
+
+def scratch_decoder():
+    """The decoder of the scratch path: the CUDA C++ kernel when built and enabled (a decode pass
+    near the memory floor), else the Triton one. Both take dequantize_triton's arguments."""
+    if configs.CUDA_DEQUANT_ENABLED and cuda_dequant_available():
+        return dequantize_cuda
+    return dequantize_triton
 
 
 def qmma_fits(x: torch.Tensor, w: torch.Tensor, fmt: str, K: int, group_size: int, in_heads: bool,
@@ -109,7 +130,7 @@ def _check_weight(w: torch.Tensor, x: torch.Tensor, fmt: str, N: int, K: int, gr
 
 def _scratch_matmul(lay: GemmLayout, w: torch.Tensor, fmt: str, N: int, K: int, group_size: int) -> None:
     """Decode W once into x's dtype, then cuBLAS; layouts are bridged with torch views/copies."""
-    wd = dequantize_triton(w, fmt, N, K, group_size, dtype=lay.x.dtype)
+    wd = scratch_decoder()(w, fmt, N, K, group_size, dtype=lay.x.dtype)
     x = lay.x
     # [batch, M, K] view of x; head-strided x is gathered by torch (one copy, amortised at large M).
     if lay.x_hs:

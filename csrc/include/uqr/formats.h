@@ -126,22 +126,49 @@ UQR_FN void uqr_decode8_mlx4(const UQR_GLOBAL uqr_u8* blk, int chunk, UQR_THREAD
 // var_affine: sub-block j (elements 32j..32j+31) holds 32 codes of B_j = modes[j] & 7 bits at bit
 // offset 32 (B_0 + ... + B_{j-1}). y = d s_j q + bias b_j. Validation (depths in {3,4,5}, budget,
 // zero reserved bits) happens once on the host; the decoder trusts validated bytes.
-UQR_FN void uqr_decode8_var_affine(const UQR_GLOBAL uqr_u8* blk, int chunk, UQR_THREAD float* out) {
-  float d = uqr_load_half(blk), bias = uqr_load_half(blk + 2);
-  int j = chunk >> 2;
+// Split in two so a caller decoding a whole sub-block reads its header once: uqr_var_affine_sub_at
+// (sub-block j's width, code bytes and affine map) and uqr_var_affine_decode8 (one chunk of it).
+struct uqr_var_affine_sub {
+  const UQR_GLOBAL uqr_u8* codes;  // first byte of the sub-block's codes
+  uqr_u32 b;                       // code width B_j
+  float scale, shift;              // d s_j, bias b_j
+};
+
+UQR_FN uqr_var_affine_sub uqr_var_affine_sub_at(const UQR_GLOBAL uqr_u8* blk, int j) {
   const UQR_GLOBAL uqr_u8* modes = blk + UQR_VAR_AFFINE_MODES;
-  uqr_u32 offset = 0;
-  for (int t = 0; t < j; ++t) offset += 32u * (uqr_u32)(modes[t] & 7);
-  uqr_u32 b = modes[j] & 7;
-  float scale = d * (float)blk[UQR_VAR_AFFINE_SCALES + j];
-  float shift = bias * (float)blk[UQR_VAR_AFFINE_BIASES + j];
-  offset += (uqr_u32)(8 * (chunk & 3)) * b;
-  const UQR_GLOBAL uqr_u8* qs = blk + UQR_VAR_AFFINE_QS;
-  for (int i = 0; i < 8; ++i) out[i] = scale * (float)uqr_bits_at(qs, offset + (uqr_u32)i * b, b) + shift;
+  uqr_u32 start = 0;  // bytes of the codes of sub-blocks 0..j-1: 32 codes x B bits = 4 B bytes
+  for (int t = 0; t < 7; ++t)  // fixed trip count: unrolled, predicated, no loop on the GPU
+    if (t < j) start += 4u * (uqr_u32)(modes[t] & 7);
+  uqr_var_affine_sub sub;
+  sub.codes = blk + UQR_VAR_AFFINE_QS + start;
+  sub.b = modes[j] & 7;
+  sub.scale = uqr_load_half(blk) * (float)blk[UQR_VAR_AFFINE_SCALES + j];
+  sub.shift = uqr_load_half(blk + 2) * (float)blk[UQR_VAR_AFFINE_BIASES + j];
+  return sub;
+}
+
+// Chunk q (0..3) of a sub-block. Its 8 codes fill exactly B whole bytes starting on a byte boundary
+// (chunks are 8 B bits apart), so they are gathered once into one integer and split with shifts,
+// with no per-code test for a straddled byte (SASS of csrc/cuda/dequant.cu: 42 -> 17 instructions
+// per weight).
+UQR_FN void uqr_var_affine_decode8(UQR_THREAD const uqr_var_affine_sub& sub, int q, UQR_THREAD float* out) {
+  const UQR_GLOBAL uqr_u8* p = sub.codes + (uqr_u32)q * sub.b;
+  uqr_u64 bits = 0;
+  for (uqr_u32 k = 0; k < 5; ++k)  // B <= 5 bytes; none past them (the last chunk ends the block)
+    if (k < sub.b) bits |= (uqr_u64)p[k] << (8 * k);
+  uqr_u32 mask = (1u << sub.b) - 1u;
+  for (int i = 0; i < 8; ++i)
+    out[i] = sub.scale * (float)((uqr_u32)(bits >> ((uqr_u32)i * sub.b)) & mask) + sub.shift;
+}
+
+UQR_FN void uqr_decode8_var_affine(const UQR_GLOBAL uqr_u8* blk, int chunk, UQR_THREAD float* out) {
+  uqr_var_affine_sub sub = uqr_var_affine_sub_at(blk, chunk >> 2);
+  uqr_var_affine_decode8(sub, chunk & 3, out);
 }
 
 // exl3: y_i = d (s_j P[k_i] + r_j R[k_i]) + bias with 3-bit k_i at bit 3i; P = codebook[0..7],
-// R = codebook[8..15] (int8). The bracket is an exact integer, so only d* and +bias round.
+// R = codebook[8..15] (int8). The bracket is an exact integer, so only d* and +bias round (each on
+// its own: uqr_mul_rn keeps nvcc from fusing them).
 UQR_FN void uqr_decode8_exl3(const UQR_GLOBAL uqr_u8* blk, int chunk, UQR_THREAD float* out) {
   float d = uqr_load_half(blk), bias = uqr_load_half(blk + 2);
   int j = chunk >> 2;
@@ -152,9 +179,8 @@ UQR_FN void uqr_decode8_exl3(const UQR_GLOBAL uqr_u8* blk, int chunk, UQR_THREAD
   uqr_u32 bits = (uqr_u32)qs[3 * chunk] | ((uqr_u32)qs[3 * chunk + 1] << 8) | ((uqr_u32)qs[3 * chunk + 2] << 16);
   for (int i = 0; i < 8; ++i) {
     int k = (int)((bits >> (3 * i)) & 7u);
-    int p = (int)cb[k] - ((cb[k] & 0x80) ? 256 : 0);
-    int q = (int)cb[8 + k] - ((cb[8 + k] & 0x80) ? 256 : 0);
-    out[i] = d * (float)(s * p + r * q) + bias;
+    int p = (int)(uqr_i8)cb[k], q = (int)(uqr_i8)cb[8 + k];  // signed loads
+    out[i] = uqr_mul_rn(d, (float)(s * p + r * q)) + bias;
   }
 }
 
@@ -185,9 +211,24 @@ UQR_FN void uqr_decode8(int fmt, const UQR_GLOBAL uqr_u8* blk, int chunk, UQR_TH
 }
 
 #if !defined(__METAL_VERSION__) && !defined(UQR_METAL)
-// Compile-time format selection for C++17 hosts (the CPU kernels, the CUDA C++ kernel): hot loops
+// Compile-time format selection for C++17 hosts (the CPU kernels, the CUDA C++ kernels): hot loops
 // are instantiated per format, so the switch above disappears from them. Metal (C++14, no
 // `if constexpr`) instantiates its kernels per format through the shader's own templates.
+// Elements and bytes per block of a format known at compile time (mlx4: group g), for templates.
+UQR_FN constexpr int uqr_block_elems(int fmt, int g) {
+  return fmt == UQR_Q4_K || fmt == UQR_VAR_AFFINE || fmt == UQR_EXL3 ? 256 : fmt == UQR_MLX4 ? g : 32;
+}
+UQR_FN constexpr int uqr_block_bytes(int fmt, int g) {
+  return fmt == UQR_Q4_0 ? UQR_Q4_0_BYTES
+       : fmt == UQR_Q4_1 ? UQR_Q4_1_BYTES
+       : fmt == UQR_Q8_0 ? UQR_Q8_0_BYTES
+       : fmt == UQR_Q4_K ? UQR_Q4_K_BYTES
+       : fmt == UQR_MLX4 ? 4 + g / 2
+       : fmt == UQR_VAR_AFFINE ? UQR_VAR_AFFINE_BYTES
+       : fmt == UQR_EXL3 ? UQR_EXL3_BYTES
+                         : UQR_TERNARY_BYTES;
+}
+
 template <int FMT>
 UQR_FN void uqr_decode8_fmt(const UQR_GLOBAL uqr_u8* blk, int chunk, UQR_THREAD float* out) {
   if constexpr (FMT == UQR_Q4_0) uqr_decode8_q4_0(blk, chunk, out);

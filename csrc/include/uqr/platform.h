@@ -19,6 +19,7 @@
   typedef uint uqr_u32;
   typedef int uqr_i32;
   typedef long uqr_i64;
+  typedef ulong uqr_u64;
   UQR_FN float uqr_half_bits_to_float(uqr_u16 bits) { return float(as_type<half>(bits)); }
 #else
   #include <stdint.h>
@@ -39,6 +40,7 @@
   typedef uint32_t uqr_u32;
   typedef int32_t uqr_i32;
   typedef int64_t uqr_i64;
+  typedef uint64_t uqr_u64;
 
   // IEEE binary16 -> binary32, exact for every input (subnormals, inf, NaN). Written out rather than
   // taken from a library so the CPU build needs no F16C and CUDA/host code agree bit for bit.
@@ -70,6 +72,16 @@
   }
 #endif
 
+// a * b rounded to float on its own. nvcc contracts `a * b + c` into one FMA (one rounding); where
+// the product is inexact that differs from the float32 reference decoders, which round twice.
+UQR_FN float uqr_mul_rn(float a, float b) {
+#if defined(__CUDA_ARCH__)
+  return __fmul_rn(a, b);
+#else
+  return a * b;
+#endif
+}
+
 // Blocks are byte arrays with no alignment promise beyond 2 bytes (q4_0 blocks are 18 bytes), so
 // multi-byte fields are assembled from bytes: little-endian by the spec, whatever the host is.
 UQR_FN uqr_u16 uqr_load_u16(const UQR_GLOBAL uqr_u8* p) {
@@ -79,12 +91,3 @@ UQR_FN uqr_u32 uqr_load_u32(const UQR_GLOBAL uqr_u8* p) {
   return (uqr_u32)p[0] | ((uqr_u32)p[1] << 8) | ((uqr_u32)p[2] << 16) | ((uqr_u32)p[3] << 24);
 }
 UQR_FN float uqr_load_half(const UQR_GLOBAL uqr_u8* p) { return uqr_half_bits_to_float(uqr_load_u16(p)); }
-
-// b-bit value (b <= 8) at bit offset `bit` of an LSB-first bitstream. The second byte is touched
-// only when the value straddles it, so a value ending on the stream's last byte never reads past it.
-UQR_FN uqr_u32 uqr_bits_at(const UQR_GLOBAL uqr_u8* stream, uqr_u32 bit, uqr_u32 b) {
-  uqr_u32 byte = bit >> 3, shift = bit & 7u;
-  uqr_u32 v = (uqr_u32)stream[byte] >> shift;
-  if (shift + b > 8u) v |= (uqr_u32)stream[byte + 1] << (8u - shift);
-  return v & ((1u << b) - 1u);
-}
