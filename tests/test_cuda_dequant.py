@@ -59,7 +59,12 @@ def test_dequant_bit_exact(fmt: str, g: int) -> None:
             what = f"{fmt} g={g} {N}x{K} {dtype}"
             got = dequantize_cuda(w, fmt, N, K, g, out=_poisoned(N, K, dtype))
             _assert_same_bits(got, ref.to(dtype), what + " vs reference")
-            _assert_same_bits(got, dequantize_triton(w, fmt, N, K, g, dtype=dtype), what + " vs Triton")
+            triton = dequantize_triton(w, fmt, N, K, g, dtype=dtype)
+            if fmt == "exl3":  # Triton fuses d * mix + bias into one FMA (one rounding fewer)
+                ulp = torch.finfo(dtype).eps * ref.abs() + torch.finfo(dtype).tiny
+                assert ((got.float() - triton.float()).abs() <= ulp).all(), f"{what}: vs Triton beyond 1 ulp"
+            else:
+                _assert_same_bits(got, triton, what + " vs Triton")
 
 
 @pytest.mark.parametrize("fmt,g", [("q4_0", 0), ("q4_k", 0), ("mlx4", 64), ("ternary", 0)],
@@ -113,7 +118,7 @@ def test_dequant_errors() -> None:
 @pytest.mark.parametrize("fmt,g", FORMATS, ids=IDS)
 def test_scratch_path_end_to_end(fmt: str, g: int, monkeypatch) -> None:
     """gemm_triton(kernel="scratch") decodes with the CUDA kernel: close to float64, and bit-equal
-    to the same path with the Triton decoder (same dense weights, same cuBLAS call)."""
+    to the same path with the Triton decoder (same dense weights, same cuBLAS call) but for exl3."""
     from torch_uqr.triton_kernels import configs, dispatch
     from torch_uqr.triton_kernels.testing import random_packed, reference_dequantize
     monkeypatch.setenv("UQR_POISON", "1")
@@ -126,6 +131,8 @@ def test_scratch_path_end_to_end(fmt: str, g: int, monkeypatch) -> None:
         assert dispatch.scratch_decoder() is dispatch.dequantize_cuda
         y = dispatch.gemm_triton(x, w, fmt, N, K, g, kernel="scratch")
         check_close(y, x.double() @ wref.t(), tol, f"{fmt} scratch {dtype}", worst_factor=4)
+        if fmt == "exl3":  # the Triton decoder rounds exl3 once less (test_dequant_bit_exact)
+            continue
         monkeypatch.setattr(configs, "CUDA_DEQUANT_ENABLED", False)
         y_triton = dispatch.gemm_triton(x, w, fmt, N, K, g, kernel="scratch")
         _assert_same_bits(y.reshape(-1, N), y_triton.reshape(-1, N), f"{fmt} scratch {dtype} vs Triton decoder")
