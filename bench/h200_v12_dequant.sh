@@ -8,7 +8,10 @@ source bench/h200_lib.sh
 h200_header
 h200_build || exit 1
 echo "== GPU tests"
-timeout 150 python3 -m pytest -q -x -n 8 tests/test_cuda_dequant.py 2>&1 | tail -4
+timeout 150 python3 -m pytest -q -x -n 8 tests/test_cuda_dequant.py -k "not errors" 2>&1 | tail -4
+# The error cases apart: one of them segfaulted on the H200 (run of 11:23 UTC) instead of raising;
+# each is its own test so the report names it.
+timeout 90 python3 -m pytest -q -n 8 -rf tests/test_cuda_dequant.py -k errors 2>&1 | tail -8
 echo "== compute-sanitizer memcheck (every format, sliced rows at odd offsets, partial tiles)"
 timeout 120 compute-sanitizer --tool memcheck --print-limit 10 python3 - <<'PY' 2>&1 | tail -6
 import torch
