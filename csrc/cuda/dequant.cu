@@ -7,9 +7,9 @@
 //     with 16-byte loads, byte loads only for the partial 16-byte granules at the two edges;
 //   - each thread then decodes whole 8-element chunks with the shared decoders of
 //     uqr/formats.h (the one definition of every layout) and writes each chunk with 16-byte
-//     stores, consecutive threads on consecutive chunks; for var_affine, whose per-sub-block
-//     header (a prefix sum over the code widths) costs more than a chunk's codes, a thread
-//     decodes a whole sub-block and reads that header once.
+//     stores, consecutive threads on consecutive chunks (a thread decoding a whole var_affine
+//     sub-block to read its header once measured slower, 76 vs 53 us on the H200: its four
+//     16-byte stores per lane leave each warp store 64 bytes apart).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -23,12 +23,8 @@ namespace {
 constexpr int kThreads = 128;
 constexpr int kMaxTilesPerRow = 65535;  // grid.y
 
-// Consecutive 8-element chunks one thread decodes together, and per tile.
-template <int FMT>
-__host__ __device__ constexpr int run_chunks() { return FMT == UQR_VAR_AFFINE ? 4 : 1; }
-template <int FMT>
-__host__ __device__ constexpr int tile_elems() { return kThreads * 8 * (run_chunks<FMT>() > 2 ? run_chunks<FMT>() : 2); }
-constexpr int kMinTileElems = kThreads * 8 * 2;
+constexpr int kChunksPerThread = 2;  // 8-element chunks per thread per tile
+constexpr int kTileElems = kThreads * kChunksPerThread * 8;
 
 // 8 decoded floats -> 16 bytes of T (32 for fp32), rounded to nearest even like torch's casts.
 template <typename T>
@@ -68,29 +64,12 @@ __device__ __forceinline__ void stage_bytes(uint8_t* stage, const uint8_t* base,
   }
 }
 
-// Chunks [chunk, chunk + run_chunks) of one block -> dst. The generic run is one shared decode8.
-template <int FMT, typename T>
-__device__ __forceinline__ void decode_run(const uint8_t* blk, int chunk, T* dst) {
-  float v[8];
-  if constexpr (FMT == UQR_VAR_AFFINE) {
-    const uqr_var_affine_sub sub = uqr_var_affine_sub_at(blk, chunk >> 2);
-#pragma unroll
-    for (int q = 0; q < 4; ++q) {
-      uqr_var_affine_decode8(sub, q, v);
-      store8<T>(dst + 8 * q, v);
-    }
-  } else {
-    uqr_decode8_fmt<FMT>(blk, chunk, v);
-    store8<T>(dst, v);
-  }
-}
-
 template <int FMT, int GROUP, typename T>
 __global__ void __launch_bounds__(kThreads) dequant_kernel(const uint8_t* __restrict__ w, int64_t w_row_stride,
                                                            T* __restrict__ out, int K) {
   constexpr int kElems = uqr_block_elems(FMT, GROUP), kBytes = uqr_block_bytes(FMT, GROUP);
-  constexpr int kChunks = kElems / 8, kRun = run_chunks<FMT>(), kTileElems = tile_elems<FMT>();
-  static_assert(kTileElems % kElems == 0 && kChunks % kRun == 0, "tiles hold whole blocks, runs whole chunks");
+  constexpr int kChunks = kElems / 8;  // chunks per block
+  static_assert(kTileElems % kElems == 0, "a tile holds whole blocks");
   constexpr int kTileBytes = kTileElems / kElems * kBytes;
   __shared__ __align__(16) uint8_t stage[kTileBytes + 16];
 
@@ -105,15 +84,19 @@ __global__ void __launch_bounds__(kThreads) dequant_kernel(const uint8_t* __rest
   T* dst = out + row * K + k0;
   const uint8_t* tile = stage + lead;
 #pragma unroll
-  for (int i = 0; i < kTileElems / (8 * kRun * kThreads); ++i) {
-    const int c = (threadIdx.x + i * kThreads) * kRun;
-    if (c < blocks * kChunks) decode_run<FMT, T>(tile + (c / kChunks) * kBytes, c % kChunks, dst + 8 * c);
+  for (int i = 0; i < kChunksPerThread; ++i) {
+    const int c = threadIdx.x + i * kThreads;
+    if (c < blocks * kChunks) {
+      float v[8];
+      uqr_decode8_fmt<FMT>(tile + (c / kChunks) * kBytes, c % kChunks, v);
+      store8<T>(dst + 8 * c, v);
+    }
   }
 }
 
 template <int FMT, int GROUP, typename T>
 cudaError_t launch(const uint8_t* w, int64_t w_row_stride, int64_t N, int64_t K, void* out, cudaStream_t stream) {
-  const dim3 grid(static_cast<unsigned>(N), static_cast<unsigned>((K + tile_elems<FMT>() - 1) / tile_elems<FMT>()));
+  const dim3 grid(static_cast<unsigned>(N), static_cast<unsigned>((K + kTileElems - 1) / kTileElems));
   dequant_kernel<FMT, GROUP, T><<<grid, kThreads, 0, stream>>>(w, w_row_stride, static_cast<T*>(out),
                                                                static_cast<int>(K));
   return cudaGetLastError();
@@ -131,7 +114,7 @@ cudaError_t launch_type(const uint8_t* w, int64_t w_row_stride, int64_t N, int64
 
 }  // namespace
 
-int64_t dequant_max_k() { return static_cast<int64_t>(kMaxTilesPerRow) * kMinTileElems; }
+int64_t dequant_max_k() { return static_cast<int64_t>(kMaxTilesPerRow) * kTileElems; }
 
 cudaError_t dequant_cuda(const uint8_t* w, int64_t w_row_stride, int fmt, int group_size, int64_t N, int64_t K,
                          void* out, DenseType type, cudaStream_t stream) {

@@ -126,44 +126,26 @@ UQR_FN void uqr_decode8_mlx4(const UQR_GLOBAL uqr_u8* blk, int chunk, UQR_THREAD
 // var_affine: sub-block j (elements 32j..32j+31) holds 32 codes of B_j = modes[j] & 7 bits at bit
 // offset 32 (B_0 + ... + B_{j-1}). y = d s_j q + bias b_j. Validation (depths in {3,4,5}, budget,
 // zero reserved bits) happens once on the host; the decoder trusts validated bytes.
-// Split in two so a caller decoding a whole sub-block reads its header once: uqr_var_affine_sub_at
-// (sub-block j's width, code bytes and affine map) and uqr_var_affine_decode8 (one chunk of it).
-struct uqr_var_affine_sub {
-  const UQR_GLOBAL uqr_u8* codes;  // first byte of the sub-block's codes
-  uqr_u32 b;                       // code width B_j
-  float scale, shift;              // d s_j, bias b_j
-};
-
-UQR_FN uqr_var_affine_sub uqr_var_affine_sub_at(const UQR_GLOBAL uqr_u8* blk, int j) {
+// A chunk's 8 codes fill exactly B_j whole bytes starting on a byte boundary (sub-blocks start at
+// multiples of 32 bits, chunks 8 B_j bits apart), so they are gathered once into one integer and
+// split with shifts, with no per-code test for a straddled byte (SASS of csrc/cuda/dequant.cu: 42
+// -> 17 instructions per weight).
+UQR_FN void uqr_decode8_var_affine(const UQR_GLOBAL uqr_u8* blk, int chunk, UQR_THREAD float* out) {
+  float d = uqr_load_half(blk), bias = uqr_load_half(blk + 2);
+  int j = chunk >> 2;
   const UQR_GLOBAL uqr_u8* modes = blk + UQR_VAR_AFFINE_MODES;
   uqr_u32 start = 0;  // bytes of the codes of sub-blocks 0..j-1: 32 codes x B bits = 4 B bytes
   for (int t = 0; t < 7; ++t)  // fixed trip count: unrolled, predicated, no loop on the GPU
     if (t < j) start += 4u * (uqr_u32)(modes[t] & 7);
-  uqr_var_affine_sub sub;
-  sub.codes = blk + UQR_VAR_AFFINE_QS + start;
-  sub.b = modes[j] & 7;
-  sub.scale = uqr_load_half(blk) * (float)blk[UQR_VAR_AFFINE_SCALES + j];
-  sub.shift = uqr_load_half(blk + 2) * (float)blk[UQR_VAR_AFFINE_BIASES + j];
-  return sub;
-}
-
-// Chunk q (0..3) of a sub-block. Its 8 codes fill exactly B whole bytes starting on a byte boundary
-// (chunks are 8 B bits apart), so they are gathered once into one integer and split with shifts,
-// with no per-code test for a straddled byte (SASS of csrc/cuda/dequant.cu: 42 -> 17 instructions
-// per weight).
-UQR_FN void uqr_var_affine_decode8(UQR_THREAD const uqr_var_affine_sub& sub, int q, UQR_THREAD float* out) {
-  const UQR_GLOBAL uqr_u8* p = sub.codes + (uqr_u32)q * sub.b;
+  uqr_u32 b = modes[j] & 7;
+  float scale = d * (float)blk[UQR_VAR_AFFINE_SCALES + j];
+  float shift = bias * (float)blk[UQR_VAR_AFFINE_BIASES + j];
+  const UQR_GLOBAL uqr_u8* qs = blk + UQR_VAR_AFFINE_QS + start + (uqr_u32)(chunk & 3) * b;
   uqr_u64 bits = 0;
-  for (uqr_u32 k = 0; k < 5; ++k)  // B <= 5 bytes; none past them (the last chunk ends the block)
-    if (k < sub.b) bits |= (uqr_u64)p[k] << (8 * k);
-  uqr_u32 mask = (1u << sub.b) - 1u;
-  for (int i = 0; i < 8; ++i)
-    out[i] = sub.scale * (float)((uqr_u32)(bits >> ((uqr_u32)i * sub.b)) & mask) + sub.shift;
-}
-
-UQR_FN void uqr_decode8_var_affine(const UQR_GLOBAL uqr_u8* blk, int chunk, UQR_THREAD float* out) {
-  uqr_var_affine_sub sub = uqr_var_affine_sub_at(blk, chunk >> 2);
-  uqr_var_affine_decode8(sub, chunk & 3, out);
+  for (uqr_u32 k = 0; k < 5; ++k)  // B_j <= 5 bytes; none past them (the last chunk ends the block)
+    if (k < b) bits |= (uqr_u64)qs[k] << (8 * k);
+  uqr_u32 mask = (1u << b) - 1u;
+  for (int i = 0; i < 8; ++i) out[i] = scale * (float)((uqr_u32)(bits >> ((uqr_u32)i * b)) & mask) + shift;
 }
 
 // exl3: y_i = d (s_j P[k_i] + r_j R[k_i]) + bias with 3-bit k_i at bit 3i; P = codebook[0..7],
