@@ -10,22 +10,14 @@
 namespace uqr {
 namespace {
 
-struct FormatInfo {
+struct FormatName {
   const char* name;
   int fmt;
-  int block;
-  int bytes;
 };
 
-constexpr FormatInfo kFormats[] = {
-    {"q4_0", UQR_Q4_0, UQR_Q4_0_BLOCK, UQR_Q4_0_BYTES},
-    {"q4_1", UQR_Q4_1, UQR_Q4_1_BLOCK, UQR_Q4_1_BYTES},
-    {"q8_0", UQR_Q8_0, UQR_Q8_0_BLOCK, UQR_Q8_0_BYTES},
-    {"q4_k", UQR_Q4_K, UQR_Q4_K_BLOCK, UQR_Q4_K_BYTES},
-    {"mlx4", UQR_MLX4, 0, 0},  // group-size dependent
-    {"var_affine", UQR_VAR_AFFINE, UQR_VAR_AFFINE_BLOCK, UQR_VAR_AFFINE_BYTES},
-    {"exl3", UQR_EXL3, UQR_EXL3_BLOCK, UQR_EXL3_BYTES},
-    {"ternary", UQR_TERNARY, UQR_TERNARY_BLOCK, UQR_TERNARY_BYTES},
+constexpr FormatName kFormats[] = {
+    {"q4_0", UQR_Q4_0}, {"q4_1", UQR_Q4_1}, {"q8_0", UQR_Q8_0}, {"q4_k", UQR_Q4_K},
+    {"mlx4", UQR_MLX4}, {"var_affine", UQR_VAR_AFFINE}, {"exl3", UQR_EXL3}, {"ternary", UQR_TERNARY},
 };
 
 // Stride that walks the flattened leading dims, or -1 if they do not collapse to one stride.
@@ -52,12 +44,18 @@ int format_from_name(c10::string_view fmt) {
   return -1;
 }
 
-int block_elems(int fmt, int64_t group_size) {
-  return fmt == UQR_MLX4 ? static_cast<int>(group_size) : kFormats[fmt].block;
-}
+int block_elems(int fmt, int64_t group_size) { return uqr_block_elems(fmt, static_cast<int>(group_size)); }
 
-int block_bytes(int fmt, int64_t group_size) {
-  return fmt == UQR_MLX4 ? uqr_mlx4_block_bytes(static_cast<int>(group_size)) : kFormats[fmt].bytes;
+int block_bytes(int fmt, int64_t group_size) { return uqr_block_bytes(fmt, static_cast<int>(group_size)); }
+
+void check_group_size(const char* op, int fmt, c10::string_view fmt_name, int64_t group_size) {
+  if (fmt == UQR_MLX4) {
+    TORCH_CHECK(group_size == 32 || group_size == 64 || group_size == 128, op,
+                ": group_size: mlx4 needs 32, 64 or 128, got ", group_size);
+  } else {
+    TORCH_CHECK(group_size == 0 || group_size == block_elems(fmt, 0), op, ": group_size: ", std::string(fmt_name),
+                " has a fixed block, pass 0 (got ", group_size, ")");
+  }
 }
 
 GemmPlan plan_gemm(const at::Tensor& x_in, const at::Tensor& w, c10::string_view fmt_name,
@@ -74,13 +72,7 @@ GemmPlan plan_gemm(const at::Tensor& x_in, const at::Tensor& w, c10::string_view
   TORCH_CHECK(N > 0 && K > 0, "uqr::gemm: N and K must be positive, got N=", N, ", K=", K);
   TORCH_CHECK(N < std::numeric_limits<int32_t>::max() && K < std::numeric_limits<int32_t>::max(),
               "uqr::gemm: N and K must fit in int32");
-  if (fmt == UQR_MLX4) {
-    TORCH_CHECK(group_size == 32 || group_size == 64 || group_size == 128,
-                "uqr::gemm: group_size: mlx4 needs 32, 64 or 128, got ", group_size);
-  } else {
-    TORCH_CHECK(group_size == 0 || group_size == kFormats[fmt].block, "uqr::gemm: group_size: ",
-                std::string(fmt_name), " has a fixed block, pass 0 (got ", group_size, ")");
-  }
+  check_group_size("uqr::gemm", fmt, fmt_name, group_size);
   const int blk = block_elems(fmt, group_size), bb = block_bytes(fmt, group_size);
   TORCH_CHECK(K % blk == 0, "uqr::gemm: K=", K, " is not a multiple of ", std::string(fmt_name),
               "'s block of ", blk, " elements");

@@ -31,13 +31,7 @@ void dequant_cuda_op(const at::Tensor& w, c10::string_view fmt_name, int64_t N, 
                      const at::Tensor& out) {
   const int fmt = format_from_name(fmt_name);
   const std::string name(fmt_name);
-  if (fmt == UQR_MLX4) {
-    TORCH_CHECK(group_size == 32 || group_size == 64 || group_size == 128,
-                "uqr::_dequant_cuda: group_size: mlx4 needs 32, 64 or 128, got ", group_size);
-  } else {
-    TORCH_CHECK(group_size == 0 || group_size == block_elems(fmt, 0), "uqr::_dequant_cuda: group_size: ", name,
-                " has a fixed block, pass 0 (got ", group_size, ")");
-  }
+  check_group_size("uqr::_dequant_cuda", fmt, fmt_name, group_size);
   const int elems = block_elems(fmt, group_size);
   TORCH_CHECK(N >= 1 && N <= INT32_MAX, "uqr::_dequant_cuda: N: expected 1..2^31-1, got ", N);
   TORCH_CHECK(K >= 1 && K % elems == 0 && K <= dequant_max_k(), "uqr::_dequant_cuda: K: expected a positive multiple of ",
