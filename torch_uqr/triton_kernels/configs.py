@@ -86,6 +86,10 @@ SCRATCH_HALF_FORMAT_MIN_M: dict[str, int] = {"q8_0": 128, "ternary": 128}
 # The scratch path decodes with the CUDA C++ kernel (csrc/cuda/dequant.cu) when the extension has
 # it, else with the Triton decoders; False forces Triton (A/B runs, bench/h200_v12_dequant.sh).
 CUDA_DEQUANT_ENABLED = True
+# The scratch path split over N into slices decoded on a side stream while cuBLAS multiplies the
+# previous one (scratch_pipeline.py): (min rows, min N, slices, ring buffers), the last matching
+# entry wins; no entry = one decode, then one product.
+SCRATCH_PIPELINE: tuple[tuple[int, int, int, int], ...] = ()
 # A split over K is worth it while the (n, m) tiles alone leave SMs idle; aim for this many programs
 # (small-M tiles are latency-bound: sweep v3 measured split 16 faster than split 4 at M = 16).
 TARGET_PROGRAMS_PER_SM = 8
@@ -120,3 +124,13 @@ def row_config(cfg: VecConfig, M: int, N: int, K: int, sms: int = DEFAULT_SMS) -
         return cfg
     tiles = -(-N // cfg.BN) * M
     return replace(cfg, SPLIT_K=split_for(tiles, -(-K // (32 * cfg.NS)), cfg.SPLIT_K, sms, ROW_PROGRAMS_PER_SM))
+
+
+def scratch_pipeline_for(rows: int, N: int) -> tuple[int, int] | None:
+    """(slices, ring buffers) of the pipelined scratch path for ``rows`` x rows and N weight rows,
+    or None for the plain path (configs.SCRATCH_PIPELINE)."""
+    pick = None
+    for min_rows, min_n, chunks, ring in SCRATCH_PIPELINE:
+        if rows >= min_rows and N >= min_n:
+            pick = (chunks, ring) if chunks > 1 else None
+    return pick

@@ -24,6 +24,7 @@ from .formats_meta import FORMAT_CODES, block_geometry
 from .gemm import gemm_mma
 from .gemv import gemm_gemv
 from .layout import GemmLayout, plan_gemm
+from .scratch_pipeline import scratch_pipelined
 from .ternary_vec import gemm_ternary_vec
 
 PATHS = ("auto", "mma", "vec")
@@ -130,13 +131,18 @@ def _check_weight(w: torch.Tensor, x: torch.Tensor, fmt: str, N: int, K: int, gr
 
 def _scratch_matmul(lay: GemmLayout, w: torch.Tensor, fmt: str, N: int, K: int, group_size: int) -> None:
     """Decode W once into x's dtype, then cuBLAS; layouts are bridged with torch views/copies."""
-    wd = scratch_decoder()(w, fmt, N, K, group_size, dtype=lay.x.dtype)
     x = lay.x
     # [batch, M, K] view of x; head-strided x is gathered by torch (one copy, amortised at large M).
     if lay.x_hs:
         x = x.reshape(-1, x.shape[-3], x.shape[-2], x.shape[-1]).transpose(1, 2).reshape(-1, lay.M, K)
     else:
         x = x.reshape(-1, lay.M, K)
+    pipe = configs.scratch_pipeline_for(lay.M * lay.batch, N)
+    if pipe is not None and not lay.y_hs:
+        # Decode slice by slice on a side stream while cuBLAS multiplies the previous slice.
+        scratch_pipelined(x.reshape(-1, K), w, fmt, N, K, group_size, lay.y.view(-1, N), scratch_decoder(), *pipe)
+        return
+    wd = scratch_decoder()(w, fmt, N, K, group_size, dtype=lay.x.dtype)
     if lay.y_hs:
         # Direct-head y [batch, H, M, D]: head h is x @ W[hD:(h+1)D]^T, an [M, D] block of y. One
         # strided-batched cuBLAS call per x batch, x broadcast over heads by a stride-0 view, writes
