@@ -18,7 +18,8 @@ LOG="$OUT/run.log"
     && echo "build ok ($(( $(date +%s) - t0 )) s)" || { echo "BUILD FAILED (tests of the registered op will skip)"; tail -20 "$OUT/build.log"; }
   echo "== CUDA correctness tests"
   t0=$(date +%s)
-  python3 -m pytest -q -n 8 tests/test_triton_cuda.py tests/test_cuda_qmma.py tests/test_cuda_dequant.py 2>&1 | tail -25
+  python3 -m pytest -q -n 8 tests/test_triton_cuda.py tests/test_cuda_qmma.py tests/test_cuda_dequant.py \
+    tests/test_cuda_scratch_pipeline.py 2>&1 | tail -25
   echo "tests took $(( $(date +%s) - t0 )) s"
   echo "== compute-sanitizer (memcheck, small case: split-K, heads, vec)"
   timeout 240 compute-sanitizer --tool memcheck --print-limit 20 python3 - <<'PY' 2>&1 | tail -8
@@ -44,6 +45,10 @@ from torch_uqr.triton_kernels.dequant import dequantize_cuda
 for fmt, g in (("q4_0", 0), ("mlx4", 64), ("var_affine", 0), ("exl3", 0), ("ternary", 0)):  # decode-to-dense
     for dt in (torch.bfloat16, torch.float32):
         dequantize_cuda(random_packed(fmt, 37, 1024, g, seed=3, device="cuda"), fmt, 37, 1024, g, dtype=dt)
+from torch_uqr.triton_kernels.scratch_pipeline import scratch_pipelined  # two streams, a ring of 2
+w = random_packed("q4_k", 1000, 1024, 0, seed=4, device="cuda")
+scratch_pipelined(torch.randn(33, 1024, device="cuda", dtype=torch.bfloat16), w, "q4_k", 1000, 1024, 0,
+                  torch.empty(33, 1000, device="cuda", dtype=torch.bfloat16), dequantize_cuda, 4, 2)
 torch.cuda.synchronize(); print("sanitizer case ran")
 PY
   fi
