@@ -21,6 +21,8 @@ LOG="$OUT/run.log"
   python3 -m pytest -q -n 8 tests/test_triton_cuda.py tests/test_cuda_qmma.py tests/test_cuda_dequant.py \
     tests/test_cuda_scratch_pipeline.py 2>&1 | tail -25
   echo "tests took $(( $(date +%s) - t0 )) s"
+  echo "== argument errors raise (one process each; they segfaulted here before uqr/check.h)"
+  PYTHONPATH=. timeout 120 python3 bench/error_path_probe.py
   echo "== compute-sanitizer (memcheck, small case: split-K, heads, vec)"
   timeout 240 compute-sanitizer --tool memcheck --print-limit 20 python3 - <<'PY' 2>&1 | tail -8
 import torch

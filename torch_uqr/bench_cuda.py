@@ -26,25 +26,33 @@ MLX4_GROUP = 64  # MLX's default group size
 SCRATCH_MIN_M = 128  # below this the decode pass alone outweighs any matmul saving
 VEC_MAX_M = 128      # the vec path re-reads W per row; larger M takes seconds
 GEMV_MAX_M = 16      # likewise the one-row CUDA-core kernel
+PAIRED_MIN_M = 512   # from here (compute-bound) the ratio to cuBLAS is also timed interleaved
+
+
+def _graph(calls: list[Callable[[], object]]) -> Callable[[], None]:
+    """Warm ``calls`` up, capture them in one CUDA graph and return its replay."""
+    for c in calls:
+        c()
+    torch.cuda.synchronize()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        for c in calls:
+            c()
+    g.replay()
+    torch.cuda.synchronize()
+    return g.replay
 
 
 def _time_calls(calls: list[Callable[[], object]], reps: int, graph: bool = True) -> float:
     """Median milliseconds per call of ``calls`` run back to back (graph-replayed by default)."""
-    for c in calls:
-        c()
-    torch.cuda.synchronize()
     if graph:
-        g = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(g):
-            for c in calls:
-                c()
-        run = g.replay
+        run = _graph(calls)
     else:
         def run():
             for c in calls:
                 c()
-    run()
-    torch.cuda.synchronize()
+        run()
+        torch.cuda.synchronize()
     times = []
     for _ in range(reps):
         s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
@@ -54,6 +62,26 @@ def _time_calls(calls: list[Callable[[], object]], reps: int, graph: bool = True
         torch.cuda.synchronize()
         times.append(s.elapsed_time(e) / len(calls))
     return statistics.median(times)
+
+
+def _time_paired(calls_a: list[Callable[[], object]], calls_b: list[Callable[[], object]],
+                 reps: int) -> tuple[float, float]:
+    """Median milliseconds per call of a and of b, their graph replays interleaved (a b b a ...).
+
+    At large M the H200's clock under its power limit drifts by 10-15 % over a run (NOTES v13:
+    cuBLAS alone 623 then 708 us a minute later), so a ratio of two timings taken apart measures
+    the drift; replays side by side see the same conditions."""
+    run_a, run_b = _graph(calls_a), _graph(calls_b)
+    ta, tb = [], []
+    for i in range(reps):
+        for run, out, n in ((run_a, ta, len(calls_a)), (run_b, tb, len(calls_b)))[:: 1 if i % 2 == 0 else -1]:
+            s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            s.record()
+            run()
+            e.record()
+            torch.cuda.synchronize()
+            out.append(s.elapsed_time(e) / n)
+    return statistics.median(ta), statistics.median(tb)
 
 
 def _n_sets(bytes_per_set: int, l2: int) -> int:
@@ -106,7 +134,7 @@ def bench_shape(N: int, K: int, Ms, formats, reps: int, l2: int, rows: list) -> 
         except Exception as exc:  # noqa: BLE001 - a missing peer must not stop the benchmark
             rows.append({"N": N, "K": K, "M": M, "fmt": "int4_g32", "kernel": "tinygemm", "error": repr(exc)[:200]})
         print(f"  M={M}: cublas {rows[-2]['ms']*1e3:.1f} us", flush=True)
-    del Wd, TG
+    del TG
     torch.cuda.empty_cache()
 
     for fmt in formats:
@@ -137,12 +165,25 @@ def bench_shape(N: int, K: int, Ms, formats, reps: int, l2: int, rows: list) -> 
                     rows.append(r)
                     print(f"  {fmt:10s} M={M:5d} {r['kernel']:8s} {ms*1e3:9.1f} us {r['tflops']:7.1f} TFLOP/s "
                           f"{r['weight_GBps']:7.0f} GB/s err {r['max_rel_err']:.1e}", flush=True)
+            if M >= PAIRED_MIN_M:
+                # The auto path against cuBLAS, replays interleaved (_time_paired): the ratio row.
+                ms_c, ms_f = _time_paired([lambda j=j: X[j % len(X)][:M] @ Wd[j].t()
+                                           for j in range(dense_sets)],
+                                          [lambda j=j: gemm_triton(xs[j], W[j], fmt, N, K, g) for j in range(n_sets)],
+                                          reps)
+                r = _row(N, K, M, fmt, "auto_paired", ms_f, wbytes)
+                r.update({"cublas_ms": ms_c, "ratio_vs_cublas": ms_c / ms_f})
+                rows.append(r)
+                print(f"  {fmt:10s} M={M:5d} paired   {ms_f*1e3:9.1f} us vs cuBLAS {ms_c*1e3:.1f} us: "
+                      f"{ms_c / ms_f:.3f}x cuBLAS throughput", flush=True)
             # The auto path as a user gets it, eager (Python launch overhead included), one call.
             ms = _time_calls([lambda j=j: gemm_triton(xs[j], W[j], fmt, N, K, g) for j in range(n_sets)],
                              max(5, reps // 3), graph=False)
             rows.append(dict(_row(N, K, M, fmt, "auto_eager", ms, wbytes)))
         del W, w_ref
         torch.cuda.empty_cache()
+    del Wd
+    torch.cuda.empty_cache()
     _ = configs  # the tables the run used are recorded by main()
 
 
@@ -233,6 +274,16 @@ def table(rows: list) -> str:
             cells[-1] += f" / vec {vec[0]['ms']*1e3:.1f}"
         lines.append(f"| {N}x{K} | {M} | {best('bf16', ('cublas',))} | {best('int4_g32', ('tinygemm',))} | "
                      + " | ".join(cells) + " |")
+    paired = [r for r in rows if r.get("kernel") == "auto_paired"]
+    if paired:
+        lines += ["", "Throughput vs cuBLAS bf16, path auto and cuBLAS replayed interleaved (cuBLAS time / ours):", "",
+                  "| N x K | M | " + " | ".join(FORMATS) + " |", "|---|---|" + "---|" * len(FORMATS)]
+        for N, K, M in sorted({(r["N"], r["K"], r["M"]) for r in paired}):
+            cells = []
+            for f in FORMATS:
+                c = [r for r in paired if (r["N"], r["K"], r["M"], r["fmt"]) == (N, K, M, f)]
+                cells.append(f"{c[0]['ratio_vs_cublas']:.2f}" if c else "-")
+            lines.append(f"| {N}x{K} | {M} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
