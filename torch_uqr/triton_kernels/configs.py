@@ -79,10 +79,15 @@ SCRATCH_AUTO_MIN_M = 128
 # 65-127) go to the scratch path from 17 rows: v11b (results/h200_v11b_sweep.json), 24-128 rows,
 # scratch vs fused on 4096 x 4096: q4_0 21.4-25.6 vs 26.0-39.6 us, q4_k 22.0-26.5 vs 33.0-42.8,
 # mlx4 21.5-26.0 vs 22.0-28.9; on 14336 x 4096 at 128 rows 80.7 vs 144.2 (q4_0). q8_0 and ternary
-# keep the fused kernel below 128 rows: it measured faster for them to 64 rows on both N = 4096
-# shapes (4096 x 4096 q8_0 24-64 rows: 19.4-24.9 vs 25.6-25.8).
+# keep the fused kernel longer: it measured faster for them to 64 rows on both N = 4096 shapes
+# (4096 x 4096 q8_0 24-64 rows: 19.4-24.9 vs 25.6-25.8). Re-timed with the CUDA decoder (v13b,
+# results/h200_v13b_sweep_rows.json, 24 / 32 / 48 / 64 / 96 rows): q8_0 fused 18.4-25.2 vs scratch
+# 25.2-26.8 to 64 rows, but 32.5 vs 29.3 at 96 (4096 x 14336: 99.6 vs 89.3), so q8_0 switches at 96;
+# ternary's fused kernel stayed ahead through 96 on 4096 x 14336 (71.2 vs 78.1); q4_0's scratch led
+# from 24 rows on 4096 x 4096 (21.4 vs 26.1) and from 32 on 4096 x 14336 (79.4 vs 83.2; at 24
+# rows there fused 72.1 beat 77.9, not enough to split the rule by shape).
 SCRATCH_HALF_MIN_M = 17
-SCRATCH_HALF_FORMAT_MIN_M: dict[str, int] = {"q8_0": 128, "ternary": 128}
+SCRATCH_HALF_FORMAT_MIN_M: dict[str, int] = {"q8_0": 96, "ternary": 128}
 # The scratch path decodes with the CUDA C++ kernel (csrc/cuda/dequant.cu) when the extension has
 # it, else with the Triton decoders; False forces Triton (A/B runs, bench/h200_v12_dequant.sh).
 CUDA_DEQUANT_ENABLED = True
