@@ -82,12 +82,16 @@ SCRATCH_AUTO_MIN_M = 128
 # keep the fused kernel longer: it measured faster for them to 64 rows on both N = 4096 shapes
 # (4096 x 4096 q8_0 24-64 rows: 19.4-24.9 vs 25.6-25.8). Re-timed with the CUDA decoder (v13b,
 # results/h200_v13b_sweep_rows.json, 24 / 32 / 48 / 64 / 96 rows): q8_0 fused 18.4-25.2 vs scratch
-# 25.2-26.8 to 64 rows, but 32.5 vs 29.3 at 96 (4096 x 14336: 99.6 vs 89.3), so q8_0 switches at 96;
-# ternary's fused kernel stayed ahead through 96 on 4096 x 14336 (71.2 vs 78.1); q4_0's scratch led
+# 25.2-26.8 to 64 rows, but 32.5 vs 29.3 at 96 (4096 x 14336: 99.6 vs 89.3); v13d
+# (results/h200_v13d_sweep_rows.json) has scratch ahead from 72 rows on 14336 x 4096 (85.1 vs
+# 101.9) and 4096 x 4096 (25.9 vs 32.2), the fused kernel needing a second 64-row tile past 64
+# (4096 x 14336: 69.4 us at 64 rows, 99.6 at 96), so q8_0 switches at 65. Ternary is mixed past 64
+# rows (v13d: ties within 2 us on 14336 x 4096, scratch ahead at 72-80 on 4096 x 4096, fused ahead
+# at 96 on 4096 x 14336: 71.2 vs 78.1) and keeps 128. q4_0's scratch led
 # from 24 rows on 4096 x 4096 (21.4 vs 26.1) and from 32 on 4096 x 14336 (79.4 vs 83.2; at 24
 # rows there fused 72.1 beat 77.9, not enough to split the rule by shape).
 SCRATCH_HALF_MIN_M = 17
-SCRATCH_HALF_FORMAT_MIN_M: dict[str, int] = {"q8_0": 96, "ternary": 128}
+SCRATCH_HALF_FORMAT_MIN_M: dict[str, int] = {"q8_0": 65, "ternary": 128}
 # The scratch path decodes with the CUDA C++ kernel (csrc/cuda/dequant.cu) when the extension has
 # it, else with the Triton decoders; False forces Triton (A/B runs, bench/h200_v12_dequant.sh).
 CUDA_DEQUANT_ENABLED = True
