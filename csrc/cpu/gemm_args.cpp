@@ -41,7 +41,7 @@ int format_from_name(c10::string_view fmt) {
   for (const auto& f : kFormats)
     if (fmt == f.name) return f.fmt;
   UQR_CHECK(false, "uqr::gemm: fmt: unknown format '", std::string(fmt),
-              "'; expected one of q4_0, q4_1, q8_0, q4_k, mlx4, var_affine, exl3, ternary");
+            "'; expected one of q4_0, q4_1, q8_0, q4_k, mlx4, var_affine, exl3, ternary");
   return -1;
 }
 
@@ -52,10 +52,10 @@ int block_bytes(int fmt, int64_t group_size) { return uqr_block_bytes(fmt, stati
 void check_group_size(const char* op, int fmt, c10::string_view fmt_name, int64_t group_size) {
   if (fmt == UQR_MLX4) {
     UQR_CHECK(group_size == 32 || group_size == 64 || group_size == 128, op,
-                ": group_size: mlx4 needs 32, 64 or 128, got ", group_size);
+              ": group_size: mlx4 needs 32, 64 or 128, got ", group_size);
   } else {
     UQR_CHECK(group_size == 0 || group_size == block_elems(fmt, 0), op, ": group_size: ", std::string(fmt_name),
-                " has a fixed block, pass 0 (got ", group_size, ")");
+              " has a fixed block, pass 0 (got ", group_size, ")");
   }
 }
 
@@ -65,26 +65,26 @@ GemmPlan plan_gemm(const at::Tensor& x_in, const at::Tensor& w, c10::string_view
   const int fmt = format_from_name(fmt_name);
   const auto st = x_in.scalar_type();
   UQR_CHECK(st == at::kHalf || st == at::kBFloat16 || st == at::kFloat,
-              "uqr::gemm: x: expected dtype float16, bfloat16 or float32, got ", st);
+            "uqr::gemm: x: expected dtype float16, bfloat16 or float32, got ", st);
   UQR_CHECK(w.scalar_type() == at::kByte, "uqr::gemm: w: expected dtype uint8 (packed blocks), got ",
-              w.scalar_type());
+            w.scalar_type());
   UQR_CHECK(x_in.device() == w.device(), "uqr::gemm: x is on ", x_in.device(),
-              " but the weights w are on ", w.device());
+            " but the weights w are on ", w.device());
   UQR_CHECK(N > 0 && K > 0, "uqr::gemm: N and K must be positive, got N=", N, ", K=", K);
   UQR_CHECK(N < std::numeric_limits<int32_t>::max() && K < std::numeric_limits<int32_t>::max(),
-              "uqr::gemm: N and K must fit in int32");
+            "uqr::gemm: N and K must fit in int32");
   check_group_size("uqr::gemm", fmt, fmt_name, group_size);
   const int blk = block_elems(fmt, group_size), bb = block_bytes(fmt, group_size);
   UQR_CHECK(K % blk == 0, "uqr::gemm: K=", K, " is not a multiple of ", std::string(fmt_name),
-              "'s block of ", blk, " elements");
+            "'s block of ", blk, " elements");
   const int64_t row_bytes = (K / blk) * bb;
   UQR_CHECK(w.dim() == 2 && w.size(0) == N && w.size(1) == row_bytes, "uqr::gemm: w: expected uint8 [",
-              N, ", ", row_bytes, "] for ", std::string(fmt_name), " with N=", N, ", K=", K, ", got ",
-              w.sizes());
+            N, ", ", row_bytes, "] for ", std::string(fmt_name), " with N=", N, ", K=", K, ", got ",
+            w.sizes());
   UQR_CHECK(w.is_contiguous(), "uqr::gemm: w: the packed rows must be contiguous");
   UQR_CHECK(out_heads >= 0, "uqr::gemm: out_heads must be >= 0, got ", out_heads);
   UQR_CHECK(out_heads == 0 || N % out_heads == 0, "uqr::gemm: out_heads=", out_heads,
-              " does not divide N=", N);
+            " does not divide N=", N);
 
   GemmPath gp;
   if (path == "auto") gp = GemmPath::kAuto;
@@ -93,23 +93,23 @@ GemmPlan plan_gemm(const at::Tensor& x_in, const at::Tensor& w, c10::string_view
   else if (path == "int8") gp = GemmPath::kInt8;
   else UQR_CHECK(false, "uqr::gemm: path: expected 'auto', 'mma', 'vec' or 'int8', got '", std::string(path), "'");
   UQR_CHECK(gp != GemmPath::kVec || fmt == UQR_TERNARY,
-              "uqr::gemm: path='vec' (add/subtract) exists only for fmt='ternary', not '",
-              std::string(fmt_name), "'");
+            "uqr::gemm: path='vec' (add/subtract) exists only for fmt='ternary', not '",
+            std::string(fmt_name), "'");
   UQR_CHECK(gp != GemmPath::kInt8 || fmt == UQR_Q4_0 || fmt == UQR_Q4_K,
-              "uqr::gemm: path='int8' (int8 activations) supports fmt 'q4_0' and 'q4_k', not '",
-              std::string(fmt_name), "'");
+            "uqr::gemm: path='int8' (int8 activations) supports fmt 'q4_0' and 'q4_k', not '",
+            std::string(fmt_name), "'");
 
   const int64_t rank = x_in.dim();
   if (in_heads) {
     UQR_CHECK(rank >= 3, "uqr::gemm: x: in_heads=True expects x of shape [..., H, M, D] (at least 3 dims), got ",
-                x_in.sizes());
+              x_in.sizes());
     UQR_CHECK(x_in.size(-3) * x_in.size(-1) == K, "uqr::gemm: x: in_heads=True needs H*D == K, got H=",
-                x_in.size(-3), ", D=", x_in.size(-1), " but K=", K);
+              x_in.size(-3), ", D=", x_in.size(-1), " but K=", K);
   } else {
     UQR_CHECK(rank >= 1, "uqr::gemm: x: expected at least 1 dim [..., K], got a 0-dim tensor");
     UQR_CHECK(x_in.size(-1) == K, "uqr::gemm: x: last dim is ", x_in.size(-1), " but the weights have K=", K);
     UQR_CHECK(out_heads == 0 || rank >= 2, "uqr::gemm: x: out_heads=", out_heads,
-                " needs x with an M dim ([..., M, K]), got ", x_in.sizes());
+              " needs x with an M dim ([..., M, K]), got ", x_in.sizes());
   }
 
   const int64_t n_lead = in_heads ? rank - 3 : std::max<int64_t>(rank - 2, 0);

@@ -36,23 +36,23 @@ void dequant_cuda_op(const at::Tensor& w, c10::string_view fmt_name, int64_t N, 
   const int elems = block_elems(fmt, group_size);
   UQR_CHECK(N >= 1 && N <= INT32_MAX, "uqr::_dequant_cuda: N: expected 1..2^31-1, got ", N);
   UQR_CHECK(K >= 1 && K % elems == 0 && K <= dequant_max_k(), "uqr::_dequant_cuda: K: expected a positive multiple of ",
-              name, "'s block of ", elems, " up to ", dequant_max_k(), ", got ", K);
+            name, "'s block of ", elems, " up to ", dequant_max_k(), ", got ", K);
   const int64_t row_bytes = K / elems * block_bytes(fmt, group_size);
   UQR_CHECK(w.is_cuda(), "uqr::_dequant_cuda: w: expected a CUDA tensor, got ", w.device());
   UQR_CHECK(w.scalar_type() == at::kByte && w.dim() == 2 && w.size(0) == N && w.size(1) == row_bytes,
-              "uqr::_dequant_cuda: w: expected uint8 [", N, ", ", row_bytes, "] for ", name, " with K=", K, ", got ",
-              w.scalar_type(), " ", w.sizes());
+            "uqr::_dequant_cuda: w: expected uint8 [", N, ", ", row_bytes, "] for ", name, " with K=", K, ", got ",
+            w.scalar_type(), " ", w.sizes());
   UQR_CHECK(w.stride(1) == 1 && (N == 1 || w.stride(0) >= row_bytes),
-              "uqr::_dequant_cuda: w: expected unit stride along bytes and non-overlapping rows, got strides ",
-              w.strides());
+            "uqr::_dequant_cuda: w: expected unit stride along bytes and non-overlapping rows, got strides ",
+            w.strides());
   const DenseType type = dense_type(out.scalar_type());
   UQR_CHECK(out.device() == w.device(), "uqr::_dequant_cuda: out: expected on w's device ", w.device(), ", got ",
-              out.device());
+            out.device());
   UQR_CHECK(out.dim() == 2 && out.size(0) == N && out.size(1) == K && out.is_contiguous(),
-              "uqr::_dequant_cuda: out: expected a contiguous [", N, ", ", K, "] tensor, got ", out.sizes(),
-              " strides ", out.strides());
+            "uqr::_dequant_cuda: out: expected a contiguous [", N, ", ", K, "] tensor, got ", out.sizes(),
+            " strides ", out.strides());
   UQR_CHECK(reinterpret_cast<uintptr_t>(out.data_ptr()) % 16 == 0,
-              "uqr::_dequant_cuda: out: expected a 16-byte aligned data pointer (its rows are written 16 bytes at a time)");
+            "uqr::_dequant_cuda: out: expected a 16-byte aligned data pointer (its rows are written 16 bytes at a time)");
   const c10::cuda::CUDAGuard guard(w.device());
   const cudaError_t err = dequant_cuda(w.data_ptr<uint8_t>(), w.stride(0), fmt, static_cast<int>(group_size), N, K,
                                        out.data_ptr(), type, c10::cuda::getCurrentCUDAStream());
