@@ -43,6 +43,16 @@ def _graph(calls: list[Callable[[], object]]) -> Callable[[], None]:
     return g.replay
 
 
+def _timed_ms(run: Callable[[], object]) -> float:
+    """Milliseconds of one ``run()``, between CUDA events on the current stream."""
+    s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    s.record()
+    run()
+    e.record()
+    torch.cuda.synchronize()
+    return s.elapsed_time(e)
+
+
 def _time_calls(calls: list[Callable[[], object]], reps: int, graph: bool = True) -> float:
     """Median milliseconds per call of ``calls`` run back to back (graph-replayed by default)."""
     if graph:
@@ -53,15 +63,7 @@ def _time_calls(calls: list[Callable[[], object]], reps: int, graph: bool = True
                 c()
         run()
         torch.cuda.synchronize()
-    times = []
-    for _ in range(reps):
-        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        s.record()
-        run()
-        e.record()
-        torch.cuda.synchronize()
-        times.append(s.elapsed_time(e) / len(calls))
-    return statistics.median(times)
+    return statistics.median(_timed_ms(run) / len(calls) for _ in range(reps))
 
 
 def _time_paired(calls_a: list[Callable[[], object]], calls_b: list[Callable[[], object]],
@@ -75,12 +77,7 @@ def _time_paired(calls_a: list[Callable[[], object]], calls_b: list[Callable[[],
     ta, tb = [], []
     for i in range(reps):
         for run, out, n in ((run_a, ta, len(calls_a)), (run_b, tb, len(calls_b)))[:: 1 if i % 2 == 0 else -1]:
-            s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            s.record()
-            run()
-            e.record()
-            torch.cuda.synchronize()
-            out.append(s.elapsed_time(e) / n)
+            out.append(_timed_ms(run) / n)
     return statistics.median(ta), statistics.median(tb)
 
 
