@@ -2,10 +2,10 @@
 //
 // On the lent H200 every TORCH_CHECK of this extension whose message held an integer segfaulted
 // instead of raising (bench/NOTES.md v12/v13), while messages of strings, devices and dtypes
-// raised: c10::str streams numbers through the locale's num_put facet, which an extension built by
-// a different libstdc++ than the one loaded can reach broken. std::to_string needs no locale, so
-// the message is assembled here and handed to TORCH_CHECK as one std::string, which c10 passes
-// through without streaming.
+// raised. c10::str streams numbers through the locale's num_put facet, and that path, not ours, is
+// what broke there (cause not established: the compiler is the same GCC 13.3 as the system's).
+// std::to_string needs no locale, so the message is assembled here and handed to TORCH_CHECK as
+// one std::string, which c10 passes through without streaming.
 #pragma once
 
 #include <c10/core/Device.h>
