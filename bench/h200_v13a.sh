@@ -31,6 +31,7 @@ PY
   echo "== large-M probe (SM clock / power sampled every 100 ms into smi.csv)"
   nvidia-smi --query-gpu=timestamp,clocks.sm,power.draw,temperature.gpu --format=csv,noheader -lms 100 > "$OUT/smi.csv" &
   smi=$!
+  export PYTHONPATH=.  # the probes import torch_uqr from the checkout (the first call lacked this)
   timeout 150 python3 bench/largem_probe.py --json "$OUT/largem.json"
   echo "== pipelined scratch path (slices x ring buffers; 1x1 = plain)"
   timeout 240 python3 bench/pipeline_probe.py --json "$OUT/pipeline.json"
