@@ -27,6 +27,7 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=30)
     ap.add_argument("--cublas", action="store_true")
     ap.add_argument("--peers", default="", help="gemm_triton kernels to time beside it, e.g. fused,scratch")
+    ap.add_argument("--no-qmma", action="store_true", help="time only the peers (and cuBLAS)")
     ap.add_argument("--json")
     args = ap.parse_args()
     l2 = torch.cuda.get_device_properties(0).L2_cache_size
@@ -53,12 +54,13 @@ def main() -> None:
             for M in Ms:
                 def call(j, M=M):
                     return torch.ops.uqr._qmma_cuda(X[j % 8][:M], W[j], fmt, N, K, g, 0, False)
-                err = _errors(call(0), X[0][:M].double() @ w_ref.t())
-                ms = _time_calls([lambda j=j: call(j) for j in range(n_sets)], args.reps)
-                gbps = N * (K // elems) * nbytes / (ms * 1e-3) / 1e9
-                rows.append({"N": N, "K": K, "M": M, "fmt": fmt, "kernel": "qmma", "tag": tag, "ms": ms, "GBps": gbps, **err})
-                print(f"{N}x{K} M={M:3d} {fmt:8s} {tag} {ms * 1e3:7.1f} us {gbps:6.0f} GB/s "
-                      f"err {err['max_rel_err']:.1e}", flush=True)
+                if not args.no_qmma:
+                    err = _errors(call(0), X[0][:M].double() @ w_ref.t())
+                    ms = _time_calls([lambda j=j: call(j) for j in range(n_sets)], args.reps)
+                    gbps = N * (K // elems) * nbytes / (ms * 1e-3) / 1e9
+                    rows.append({"N": N, "K": K, "M": M, "fmt": fmt, "kernel": "qmma", "tag": tag, "ms": ms, "GBps": gbps, **err})
+                    print(f"{N}x{K} M={M:3d} {fmt:8s} {tag} {ms * 1e3:7.1f} us {gbps:6.0f} GB/s "
+                          f"err {err['max_rel_err']:.1e}", flush=True)
                 for peer in filter(None, args.peers.split(",")):
                     def other(j, M=M, peer=peer):
                         return gemm_triton(X[j % 8][:M], W[j], fmt, N, K, g, kernel=peer)

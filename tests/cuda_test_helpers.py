@@ -6,6 +6,21 @@ import os
 import torch
 
 
+# Every format / mlx4 group the tensor-core kernels handle, as (fmt, group_size) test parameters.
+TC_FORMATS = [("q4_0", 0), ("q4_1", 0), ("q8_0", 0), ("q4_k", 0), ("mlx4", 32), ("mlx4", 64), ("mlx4", 128),
+              ("var_affine", 0), ("exl3", 0), ("ternary", 0)]
+TC_FORMAT_IDS = [f"{f}{g or ''}" for f, g in TC_FORMATS]
+# The tensor-core kernels' bound on y's relative error: y's rounding (bf16 2^-9, fp16 2^-12) plus
+# the fp32 sums, with each weight rounded to x's dtype at most once.
+HALF_TOL = {torch.bfloat16: 6e-3, torch.float16: 1.5e-3}
+
+
+def check_half(y: torch.Tensor, ref: torch.Tensor, dtype: torch.dtype, what: str) -> None:
+    """y in x's half dtype and within HALF_TOL of the float64 reference (element-wise within 4x)."""
+    assert y.dtype == dtype, (what, y.dtype)
+    check_close(y, ref, HALF_TOL[dtype], what, worst_factor=4)
+
+
 def fresh_seed() -> int:
     """A new seed every run (fresh random data); the failing assert's message carries the shape."""
     return int.from_bytes(os.urandom(3), "little")

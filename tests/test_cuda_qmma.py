@@ -13,16 +13,15 @@ from __future__ import annotations
 import pytest
 import torch
 
-from cuda_test_helpers import check_close, fresh_seed
+from cuda_test_helpers import HALF_TOL, TC_FORMATS, check_close, fresh_seed
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 
-FORMATS = [("q4_0", 0), ("q4_1", 0), ("q8_0", 0), ("q4_k", 0), ("mlx4", 32), ("mlx4", 64), ("mlx4", 128),
-           ("var_affine", 0), ("exl3", 0), ("ternary", 0)]
+FORMATS = TC_FORMATS
 # Codes and products are exact, accumulation fp32: the error is y's rounding (bf16 2^-9, fp16 2^-12)
 # plus fp32 sums of B + q (B = 128 / 1024) that cancel against the offset term. (exl3, and every
 # format in the mid-M kernel, round each weight to x's dtype once: within the same bounds.)
-TOL = {torch.bfloat16: 6e-3, torch.float16: 1.5e-3}
+TOL = HALF_TOL
 
 
 @pytest.fixture(autouse=True)

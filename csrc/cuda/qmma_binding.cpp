@@ -1,7 +1,7 @@
-// Torch glue of the small-M tensor-core CUDA kernel: registers the private operator uqr::_qmma_cuda
-// (same arguments as uqr::gemm minus `path`) on the CUDA key. Compiled only in CUDA builds
-// (setup.py defines UQR_WITH_CUDA); the dispatcher (torch_uqr/triton_kernels/dispatch.py) calls it
-// for up to kQmmaMaxRows activation rows of bf16/fp16 x when qmma_fits says the call fits.
+// Torch glue of the tensor-core CUDA kernels: registers the private operators uqr::_qmma_cuda and
+// uqr::_wgmma_cuda (Hopper; same arguments as uqr::gemm minus `path`) on the CUDA key. Compiled
+// only in CUDA builds (setup.py defines UQR_WITH_CUDA); the dispatcher
+// (torch_uqr/triton_kernels/dispatch.py) calls them when qmma_fits / wgmma_auto say the call fits.
 #ifdef UQR_WITH_CUDA
 #include <ATen/ATen.h>
 #include <algorithm>
@@ -17,16 +17,27 @@ namespace uqr {
 namespace cuda {
 namespace {
 
-at::Tensor qmma_cuda(const at::Tensor& x, const at::Tensor& w, c10::string_view fmt, int64_t N, int64_t K,
-                     int64_t group_size, int64_t out_heads, bool in_heads) {
-  UQR_CHECK(x.is_cuda(), "uqr::_qmma_cuda: x: expected a CUDA tensor, got ", x.device());
+using Unsupported = const char* (*)(const uqr_gemm_params&, int, bool, uintptr_t, uintptr_t, int64_t);
+
+// What both ops check before launching: the shared argument plan, then the kernel's own limits
+// (`unsupported`, named in the error with `op`).
+GemmPlan checked_plan(const char* op, Unsupported unsupported, const at::Tensor& x, const at::Tensor& w,
+                      c10::string_view fmt, int64_t N, int64_t K, int64_t group_size, int64_t out_heads,
+                      bool in_heads) {
+  UQR_CHECK(x.is_cuda(), op, ": x: expected a CUDA tensor, got ", x.device());
   GemmPlan plan = plan_gemm(x, w, fmt, N, K, group_size, out_heads, in_heads, "auto");
   const int64_t rows = static_cast<int64_t>(plan.p.batch) * plan.p.M;
   const bool half_x = x.scalar_type() == at::kBFloat16 || x.scalar_type() == at::kHalf;
-  const char* why = qmma_unsupported(plan.p, static_cast<int>(std::min<int64_t>(rows, 1 << 30)), half_x,
-                                     reinterpret_cast<uintptr_t>(plan.x_used.data_ptr()),
-                                     reinterpret_cast<uintptr_t>(w.data_ptr()), w.stride(0));
-  UQR_CHECK(why == nullptr, "uqr::_qmma_cuda: unsupported call: ", why ? why : "");
+  const char* why = unsupported(plan.p, static_cast<int>(std::min<int64_t>(rows, 1 << 30)), half_x,
+                                reinterpret_cast<uintptr_t>(plan.x_used.data_ptr()),
+                                reinterpret_cast<uintptr_t>(w.data_ptr()), w.stride(0));
+  UQR_CHECK(why == nullptr, op, ": unsupported call: ", why ? why : "");
+  return plan;
+}
+
+at::Tensor qmma_cuda(const at::Tensor& x, const at::Tensor& w, c10::string_view fmt, int64_t N, int64_t K,
+                     int64_t group_size, int64_t out_heads, bool in_heads) {
+  GemmPlan plan = checked_plan("uqr::_qmma_cuda", qmma_unsupported, x, w, fmt, N, K, group_size, out_heads, in_heads);
   at::Tensor y = allocate_output(plan, x.options());
   if (y.numel() == 0) return y;
   const c10::cuda::CUDAGuard guard(x.device());
@@ -36,15 +47,39 @@ at::Tensor qmma_cuda(const at::Tensor& x, const at::Tensor& w, c10::string_view 
   return y;
 }
 
+// uqr::_wgmma_cuda: the Hopper kernel (qmma_wgmma.cu), same arguments; x is first rewritten into a
+// scratch matrix in the order the kernel reads it.
+at::Tensor wgmma_cuda(const at::Tensor& x, const at::Tensor& w, c10::string_view fmt, int64_t N, int64_t K,
+                      int64_t group_size, int64_t out_heads, bool in_heads) {
+  GemmPlan plan = checked_plan("uqr::_wgmma_cuda", wgmma_unsupported, x, w, fmt, N, K, group_size, out_heads, in_heads);
+  at::Tensor y = allocate_output(plan, x.options());
+  if (y.numel() == 0) return y;
+  const c10::cuda::CUDAGuard guard(x.device());
+  const int64_t rows = static_cast<int64_t>(plan.p.batch) * plan.p.M;
+  at::Tensor scratch = at::empty({rows, K}, x.options());
+  const int splits = wgmma_splits(plan.p, static_cast<int>(rows));
+  at::Tensor split_ws = splits > 1 ? at::empty({splits, rows, N}, x.options().dtype(at::kFloat)) : at::Tensor();
+  const cudaError_t err = qmma_wgmma(plan.x_used.data_ptr(), scratch.data_ptr(),
+                                     splits > 1 ? split_ws.data_ptr<float>() : nullptr, w.data_ptr<uint8_t>(),
+                                     w.stride(0), y.data_ptr(), plan.p, x.scalar_type() == at::kBFloat16,
+                                     c10::cuda::getCurrentCUDAStream());
+  UQR_CHECK(err != cudaErrorNoKernelImageForDevice,
+            "uqr::_wgmma_cuda: needs an sm_90 GPU and an extension built with sm_90a code (UQR_CUDA_ARCHS)");
+  UQR_CHECK(err == cudaSuccess, "uqr::_wgmma_cuda: kernel launch failed: ", cudaGetErrorString(err));
+  return y;
+}
+
 }  // namespace
 }  // namespace cuda
 }  // namespace uqr
 
 TORCH_LIBRARY_FRAGMENT(uqr, m) {
   m.def("_qmma_cuda(Tensor x, Tensor w, str fmt, int N, int K, int group_size, int out_heads, bool in_heads) -> Tensor");
+  m.def("_wgmma_cuda(Tensor x, Tensor w, str fmt, int N, int K, int group_size, int out_heads, bool in_heads) -> Tensor");
 }
 
 TORCH_LIBRARY_IMPL(uqr, CUDA, m) {
   m.impl("_qmma_cuda", &uqr::cuda::qmma_cuda);
+  m.impl("_wgmma_cuda", &uqr::cuda::wgmma_cuda);
 }
 #endif  // UQR_WITH_CUDA

@@ -503,21 +503,31 @@ __device__ __forceinline__ void scale_codes(uint32_t (&r)[4], float2 s) {
 // v10 code generation, which a shared version of this step changed - v11: mlx4 at M = 1 24.4-24.9
 // us against v10's 20.0-20.5. Even sharing only the js -> (j, s, block) lines below through a
 // helper changed mlx4's PTX, so those few lines are repeated there on purpose.)
+// The A fragments (k-step 0 in a0, k-step 1 in a1) of sub-block js of a warp's 16 weight rows in a
+// stage at buf (row pitch sb), with the rows' scales s_g (row g) and s_g8 (row g + 8) applied:
+// mma.sync's m16n8k16 A layout, which is also each warp's share of wgmma's m64 A in registers.
+template <class F, typename T>
+__device__ __forceinline__ void a_fragments(const unsigned char* buf, int sb, int js, int g, int c, float2 s_g,
+                                            float2 s_g8, uint32_t (&a0)[4], uint32_t (&a1)[4]) {
+  const int j = js / F::kSubs, s = js % F::kSubs;
+  const uint8_t* blk_g = buf + g * sb + j * F::kBytes;
+  uint32_t rg[4], rg8[4];
+  F::template codes<T>(blk_g, j, s, c, rg);
+  F::template codes<T>(blk_g + 8 * sb, j, s, c, rg8);
+  scale_codes<F, T>(rg, s_g);
+  scale_codes<F, T>(rg8, s_g8);
+  a0[0] = rg[0], a0[1] = rg8[0], a0[2] = rg[1], a0[3] = rg8[1];
+  a1[0] = rg[2], a1[1] = rg8[2], a1[2] = rg[3], a1[3] = rg8[3];
+}
+
 template <class F, typename T, int NT, int U>
 __device__ __forceinline__ void subblock_steps(const unsigned char* buf, int sb, int jb, int g, int c,
                                                const T* const (&xst)[NT], float (&acc)[NT][4]) {
   const typename F::Scales sg(buf + g * sb, jb), sg8(buf + (g + 8) * sb, jb);
 #pragma unroll
   for (int u = 0; u < U; ++u) {
-    const int js = jb + u, j = js / F::kSubs, s = js % F::kSubs;
-    const uint8_t* blk_g = buf + g * sb + j * F::kBytes;
-    uint32_t rg[4], rg8[4];
-    F::template codes<T>(blk_g, j, s, c, rg);
-    F::template codes<T>(blk_g + 8 * sb, j, s, c, rg8);
-    scale_codes<F, T>(rg, sg.at(u));
-    scale_codes<F, T>(rg8, sg8.at(u));
-    const uint32_t a0[4] = {rg[0], rg8[0], rg[1], rg8[1]};
-    const uint32_t a1[4] = {rg[2], rg8[2], rg[3], rg8[3]};
+    uint32_t a0[4], a1[4];
+    a_fragments<F, T>(buf, sb, jb + u, g, c, sg.at(u), sg8.at(u), a0, a1);
 #pragma unroll
     for (int t = 0; t < NT; ++t) {
       uint32_t b00, b01, b10, b11;

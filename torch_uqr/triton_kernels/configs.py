@@ -69,8 +69,25 @@ QMMA_FORMAT_MAX_ROWS: dict[str, int] = {}
 # both at every row count, and from 128 rows on the scratch path is as fast or faster. q8_0 only to
 # 32 rows (48 rows: 78 us vs fused 66).
 QMMA_MID_MAX_ROWS = 64
+# Where the Hopper wgmma kernel runs (an sm_90 GPU), the mid-M kernel keeps only 17..40 rows
+# (v17: it leads at 32 rows, wgmma at 64; the crossover, interpolated, is near 40).
+QMMA_MID_MAX_ROWS_WITH_WGMMA = 40
 QMMA_MID_FORMAT_MAX_ROWS: dict[str, int] = {"q8_0": 32}
 QMMA_MID_MIN_N = 8192
+# Path "auto" takes the Hopper wgmma kernel (csrc/cuda/qmma_wgmma.cu, op uqr::_wgmma_cuda) on an
+# sm_90 GPU for (first, last) activation rows and N >= min N, per format, where neither small-M
+# kernel took the call first (qmma_auto). v17 (results/h200_v17_sweep_rows_*.json), wgmma vs the
+# mid-M kernel vs the scratch path, 32-256 rows: on 14336 x 4096 the mid-M kernel leads at 32 rows
+# for every format (q4_0 34.4 vs 39.5 us) and wgmma at 64 and 128 for every format (q4_0 40.1 /
+# 57.6 vs 56.0 / 79.0; exl3 58.1 / 75.4 vs 89.6 / 84.7); from 256 rows the scratch path leads
+# (q4_0 87.0 vs 109.3). On 4096 x 4096 and 4096 x 14336 (q4_0, exl3) wgmma leads from 32 rows
+# (4096 x 14336 q4_0: 34.3 vs the scratch path's 77.8) to 128 (exl3 on 4096 x 4096: 27.0 vs 26.7,
+# a tie), and loses at 256 there too except q4_0 on 4096 x 14336. q8_0 was only measured on
+# 14336 x 4096, so on smaller N it keeps the fused kernel (configs.SCRATCH_HALF_FORMAT_MIN_M).
+WGMMA_ROWS: dict[str, tuple[int, int, int]] = {
+    **{f: (17, 128, 0) for f in ("q4_0", "q4_1", "q4_k", "mlx4", "var_affine", "exl3", "ternary")},
+    "q8_0": (33, 128, 8192),
+}
 # Up to this many activation rows, path "auto" uses the CUDA-core row kernel (gemv.py).
 GEMV_AUTO_MAX_M = 1
 # From this M on, decoding once into a scratch matrix and calling cuBLAS beats the fused kernel.

@@ -7,8 +7,11 @@
     path "auto" -> the CUDA C++ tensor-core kernels (op uqr::_qmma_cuda) for bf16/fp16 x, the
                    formats they handle and aligned shapes (qmma_fits): csrc/cuda/qmma_small_m.cu
                    up to configs.QMMA_MAX_ROWS rows, qmma_mid_m.cu for 17..QMMA_MID_MAX_ROWS
-                   rows when N >= QMMA_MID_MIN_N (qmma_auto); else vec for ternary at tiny M;
-                   gemv.py (CUDA cores) at tiny M; else as mma
+                   rows (..QMMA_MID_MAX_ROWS_WITH_WGMMA on an sm_90 GPU) when N >= QMMA_MID_MIN_N
+                   (qmma_auto); then, on an sm_90 GPU, the Hopper wgmma kernel
+                   csrc/cuda/qmma_wgmma.cu (op uqr::_wgmma_cuda) for the rows of
+                   configs.WGMMA_ROWS (wgmma_auto); else vec for ternary at tiny M; gemv.py (CUDA
+                   cores) at tiny M; else as mma
 The thresholds live in configs.py and come from the H200 benchmark.
 """
 from __future__ import annotations
@@ -28,7 +31,7 @@ from .scratch_pipeline import scratch_pipelined
 from .ternary_vec import gemm_ternary_vec
 
 PATHS = ("auto", "mma", "vec")
-KERNELS = ("auto", "fused", "gemv", "scratch", "qmma")
+KERNELS = ("auto", "fused", "gemv", "scratch", "qmma", "wgmma")
 
 
 @functools.lru_cache(maxsize=None)
@@ -92,13 +95,36 @@ def qmma_fits(x: torch.Tensor, w: torch.Tensor, fmt: str, K: int, group_size: in
     return not in_heads or x.shape[-1] % (n * elems) == 0  # a stage must not straddle x heads
 
 
-def qmma_auto(fmt: str, rows: int, N: int) -> bool:
+def qmma_auto(fmt: str, rows: int, N: int, wgmma: bool = False) -> bool:
     """Whether path ``auto`` prefers the tensor-core kernels for this many rows and weight rows N
     (limits measured on the H200, configs.py): the small-M kernel up to QMMA_MAX_ROWS rows, the
-    mid-M kernel above that up to QMMA_MID_MAX_ROWS when N fills the GPU with its 128-row CTAs."""
+    mid-M kernel above that up to QMMA_MID_MAX_ROWS when N fills the GPU with its 128-row CTAs
+    (QMMA_MID_MAX_ROWS_WITH_WGMMA when ``wgmma``: the Hopper kernel is there to take over)."""
     if rows <= configs.QMMA_FORMAT_MAX_ROWS.get(fmt, configs.QMMA_MAX_ROWS):
         return True
-    return rows <= configs.QMMA_MID_FORMAT_MAX_ROWS.get(fmt, configs.QMMA_MID_MAX_ROWS) and N >= configs.QMMA_MID_MIN_N
+    top = configs.QMMA_MID_FORMAT_MAX_ROWS.get(fmt, configs.QMMA_MID_MAX_ROWS)
+    if wgmma:
+        top = min(top, configs.QMMA_MID_MAX_ROWS_WITH_WGMMA)
+    return rows <= top and N >= configs.QMMA_MID_MIN_N
+
+
+@functools.lru_cache(maxsize=None)
+def wgmma_available(device_index: int) -> bool:
+    """True when torch_uqr._C has the Hopper wgmma kernel and the device is an sm_90 GPU."""
+    return _has_op("_wgmma_cuda") and torch.cuda.get_device_capability(device_index) == (9, 0)
+
+
+def wgmma_auto(x: torch.Tensor, w: torch.Tensor, fmt: str, N: int, K: int, group_size: int, in_heads: bool,
+               rows: int) -> bool:
+    """Whether path ``auto`` takes the Hopper wgmma kernel (qmma_wgmma.cu): rows and N in the
+    measured range of configs.WGMMA_ROWS for this format, an sm_90 device, and a call the kernel
+    accepts (qmma_fits' conditions with the mid-M kernel's 16-byte x, and K a multiple of 64)."""
+    lo, hi, min_n = configs.WGMMA_ROWS.get(fmt, (0, -1, 0))
+    if not lo <= rows <= hi or N < min_n or x.device.type != "cuda" or K % 64:
+        return False
+    if not wgmma_available(x.device.index if x.device.index is not None else torch.cuda.current_device()):
+        return False
+    return qmma_fits(x, w, fmt, K, group_size, in_heads, max(rows, configs.QMMA_SMALL_MAX_ROWS + 1))
 
 
 def scratch_auto(fmt: str, rows: int, x_dtype: torch.dtype, bmm_per_batch: bool = False) -> bool:
@@ -170,11 +196,17 @@ def gemm_triton(x: torch.Tensor, w: torch.Tensor, fmt: str, N: int, K: int, grou
     if x.dtype not in (torch.float16, torch.bfloat16, torch.float32):
         raise ValueError(f"x: expected float16, bfloat16 or float32, got {x.dtype}")
     rows = x.numel() // K
+    on_hopper = x.is_cuda and wgmma_available(x.device.index if x.device.index is not None else torch.cuda.current_device())
     if kernel == "qmma" or (kernel == "auto" and path == "auto" and configs.QMMA_ENABLED and qmma_available()
-                            and qmma_auto(fmt, rows, N) and qmma_fits(x, w, fmt, K, group_size, in_heads, rows)):
+                            and qmma_auto(fmt, rows, N, on_hopper) and qmma_fits(x, w, fmt, K, group_size, in_heads, rows)):
         if path == "vec":
             raise ValueError("kernel: 'qmma' has no vec path")
         return torch.ops.uqr._qmma_cuda(x, w, fmt, N, K, group_size, out_heads, in_heads)
+    if kernel == "wgmma" or (kernel == "auto" and path == "auto" and on_hopper
+                             and wgmma_auto(x, w, fmt, N, K, group_size, in_heads, rows)):
+        if path == "vec":
+            raise ValueError("kernel: 'wgmma' has no vec path")
+        return torch.ops.uqr._wgmma_cuda(x, w, fmt, N, K, group_size, out_heads, in_heads)
     lay = plan_gemm(x, N, K, out_heads, in_heads)
     if lay.y.numel() == 0:
         return lay.y

@@ -1,0 +1,379 @@
+// Hopper (sm_90a) kernel for more than 16 activation rows: the weights are decoded into registers
+// as the A operand of wgmma (qmma_traits.cuh's per-format codes, scales applied, rounded to T once
+// as in the mid-M kernel) and the activations are the B operand, read by the tensor cores from
+// shared memory. The MMA is asynchronous, so a warp decodes the next sub-block while the previous
+// one multiplies: what the mid-M mma.sync kernel could not overlap (bench/NOTES.md v11: ~9 issued
+// instructions per MMA at 25 % occupancy).
+//
+// CTA = two warpgroups = 128 weight rows (each warp its 16 rows, as the weight ring of the mid-M
+// kernel) x BM activation rows (wgmma's N). K is walked in the formats' 256/512-element stages,
+// two stages in flight (cp.async, one barrier a stage).
+//
+// x goes through a small pre-pass (permute_x_kernel): the codes of qmma_traits.cuh sit in the A
+// fragment in a permuted k order (a lane's pair (v, v+2) at k positions (2c, 2c+1)); mma.sync
+// kernels permute x the same way in registers, but wgmma reads B straight from shared memory. So
+// each row of x is rewritten once, in the order the codes use, into a contiguous scratch matrix
+// (also gathering batched and head-strided x): rows x K elements, ~1-3 us against the GEMM's
+// tens. The kernel then copies it with cp.async into 128-byte-swizzled tiles.
+#include <cstdlib>
+
+#include "qmma_small_m.h"
+#include "cuda_common.cuh"
+#include "qmma_traits.cuh"
+#include "wgmma_ops.cuh"
+
+namespace uqr {
+namespace cuda {
+namespace {
+
+using namespace qmma;
+
+constexpr int kWgWarps = 8;  // two warpgroups: 128 weight rows a CTA
+constexpr int kWgMaxStages = 4;
+// Shared memory a CTA may use: all of an SM's 227 KB, or half of it for two resident CTAs.
+__host__ __device__ constexpr size_t wg_smem_limit(int ctas) { return ctas == 1 ? 227 * 1024 : 113 * 1024; }
+constexpr int kXChunk = 64;  // x elements per swizzled 128-byte row
+
+// Shared memory of one stage: the x tile as Ring::kStageElems / 64 chunks of [BM][64] (BM * 128
+// bytes, 1024-aligned), then the 8 warps' weight slots, padded so the next stage stays aligned.
+// As many stages as fit, up to 4: the kernel waits on memory latency, not bandwidth (v15: 2
+// stages moved 0.6 TB/s of weights at M = 128), so bytes in flight are what it needs.
+template <class F, int BM, int CTAS>
+struct WgLayout {
+  using Ring = RowRing<F>;
+  static constexpr int kChunks = Ring::kStageElems / kXChunk;
+  static constexpr int kXBytes = kChunks * BM * 128;
+  static constexpr int kWBytes = kWgWarps * Ring::kSlotBytes;
+  static constexpr int kStageBytes = kXBytes + (kWBytes + 1023) / 1024 * 1024;
+  static constexpr int kFit = static_cast<int>((wg_smem_limit(CTAS) - 1024) / kStageBytes);
+  static constexpr int kStages = kFit < kWgMaxStages ? kFit : kWgMaxStages;
+  static constexpr size_t kSmem = static_cast<size_t>(kStages) * kStageBytes + 1024;  // + alignment slack
+};
+
+template <class F, int BM, int CTAS = 1>
+__host__ __device__ constexpr bool wg_fits() {
+  return WgLayout<F, BM, CTAS>::kStages >= 2;
+}
+
+// k position of element e of x inside the permuted order the codes use (see the file comment):
+// kWideX = false: per 16 elements, the even ones then the odd ones; mlx4 (kWideX): per 32, lane c's
+// k-step h takes elements 8c + {2h, 2h+4, 2h+1, 2h+5} at k positions 16h + {2c, 2c+1, 2c+8, 2c+9}.
+template <bool kWide>
+__device__ __forceinline__ int permuted_source(int kpos) {
+  if constexpr (!kWide) {
+    const int q = kpos & 15, base = kpos & ~15;
+    return base + (q < 8 ? 2 * q : 2 * (q - 8) + 1);
+  } else {
+    const int base = kpos & ~31, h = (kpos >> 4) & 1, q = kpos & 15, c = (q & 7) >> 1;
+    const int off = (q & 1 ? 4 : 0) + (q >= 8 ? 1 : 0);
+    return base + 8 * c + 2 * h + off;
+  }
+}
+
+// One thread per 32 elements of one x row: 8-byte loads (qmma_unsupported guarantees alignment),
+// the permutation in registers (indices fold to constants), 16-byte stores.
+template <typename T, bool kWide>
+__global__ void permute_x_kernel(const QmmaArgs a, T* __restrict__ xp) {
+  const uqr_gemm_params& p = a.p;
+  const int groups = p.K / 32;
+  const int64_t idx = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (idx >= static_cast<int64_t>(a.rows) * groups) return;
+  const int r = static_cast<int>(idx / groups), kg = static_cast<int>(idx - static_cast<int64_t>(r) * groups);
+  const int b = r / p.M, m = r - b * p.M;
+  const T* src = static_cast<const T*>(a.x) + uqr_x_row_offset(p, b, m) + x_stage_offset(p, 32 * kg);
+  unsigned short v[32];
+#pragma unroll
+  for (int i = 0; i < 8; ++i) {
+    const uint2 w = *reinterpret_cast<const uint2*>(src + 4 * i);
+    v[4 * i] = w.x & 0xFFFFu;
+    v[4 * i + 1] = w.x >> 16;
+    v[4 * i + 2] = w.y & 0xFFFFu;
+    v[4 * i + 3] = w.y >> 16;
+  }
+  uint4* dst = reinterpret_cast<uint4*>(xp + static_cast<int64_t>(r) * p.K + 32 * kg);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    uint32_t o[4];
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const int k = 8 * i + 2 * j;
+      o[j] = v[permuted_source<kWide>(k)] | (static_cast<uint32_t>(v[permuted_source<kWide>(k + 1)]) << 16);
+    }
+    dst[i] = make_uint4(o[0], o[1], o[2], o[3]);
+  }
+}
+
+template <typename T>
+using TypeTag = typename std::conditional<std::is_same<T, __nv_bfloat16>::value, wg::Bf16Tag, wg::F16Tag>::type;
+
+template <typename T, int BM>
+__device__ __forceinline__ void wgmma_step(float (&acc)[BM / 2], const uint32_t (&a)[4], uint64_t desc) {
+  if constexpr (BM == 128) wg::mma_m64n128k16(acc, a, desc, TypeTag<T>{});
+  else wg::mma_m64n64k16(acc, a, desc, TypeTag<T>{});
+}
+
+struct WgArgs {
+  QmmaArgs q;     // q.x = the permuted scratch matrix [q.rows][K] (permute_x_kernel's output)
+  float* ws;      // splits > 1: fp32 partial sums [splits][rows][N], summed by reduce_splits_kernel
+  int splits;     // K split over gridDim.z
+};
+
+// CTAS = CTAs meant to share an SM: 2 caps registers at 128 a thread (smaller batches, U = 2) and
+// shared memory at half, so 16 warps hide each other's decode latency instead of 8 (v17 ncu: at
+// one CTA an SM each warp issued once every 8.6 cycles, 0.31 eligible warps a scheduler).
+template <class F, typename T, int BM, int CTAS>
+__global__ void __launch_bounds__(kWgWarps * 32, CTAS) qmma_wgmma_kernel(const WgArgs wa) {
+#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  extern __shared__ unsigned char smem_raw[];
+  using L = WgLayout<F, BM, CTAS>;
+  using Ring = RowRing<F>;
+  constexpr int S = L::kStages;
+  constexpr int kThreads = kWgWarps * 32;
+  // x copies: a stage row is kRowPieces 16-byte pieces; thread tid copies piece tid % kRowPieces of
+  // rows tid / kRowPieces + u * kRowStep.
+  constexpr int kRowPieces = Ring::kStageElems / 8;
+  static_assert(kThreads % kRowPieces == 0, "x pieces split evenly");
+  constexpr int kRowStep = kThreads / kRowPieces, kXCopies = BM / kRowStep;
+  static_assert(BM % kRowStep == 0, "x rows split evenly");
+
+  const QmmaArgs& a = wa.q;
+  unsigned char* smem = reinterpret_cast<unsigned char*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t{1023});
+  const uqr_gemm_params& p = a.p;
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+  const int g = lane >> 2, c = lane & 3;
+  const int row0 = blockIdx.x * (kWgWarps * kWarpRows) + warp * kWarpRows;
+  const int col0 = blockIdx.y * BM;
+  // This CTA's share of the K stages.
+  const int n_all = p.K / Ring::kStageElems;
+  const int st0 = static_cast<int>(static_cast<int64_t>(n_all) * blockIdx.z / wa.splits);
+  const int n_stages = static_cast<int>(static_cast<int64_t>(n_all) * (blockIdx.z + 1) / wa.splits) - st0;
+  const Ring wr(a.w, a.w_row_stride, row0, p.N, st0, lane);
+
+  const int piece = tid % kRowPieces, prow = tid / kRowPieces;
+  const T* xsrc[kXCopies];
+  uint32_t xdst[kXCopies];
+#pragma unroll
+  for (int u = 0; u < kXCopies; ++u) {
+    const int r = prow + u * kRowStep;
+    xsrc[u] = static_cast<const T*>(a.x) + static_cast<int64_t>(min(col0 + r, a.rows - 1)) * p.K +
+              static_cast<int64_t>(st0) * Ring::kStageElems + 8 * piece;
+    const int chunk = piece / 8, j = piece % 8;
+    xdst[u] = static_cast<uint32_t>(chunk * BM * 128 + r * 128 + ((j ^ (r & 7)) << 4));
+  }
+
+  int slot_in = 0;
+  auto issue = [&](int i) {
+    if (i < n_stages) {
+      unsigned char* st = smem + static_cast<size_t>(slot_in) * L::kStageBytes;
+      wr.copy(st + L::kXBytes + warp * Ring::kSlotBytes, i, lane);
+      const int64_t xo = static_cast<int64_t>(i) * Ring::kStageElems;
+#pragma unroll
+      for (int u = 0; u < kXCopies; ++u) cp_async16(st + xdst[u], xsrc[u] + xo);
+    }
+    slot_in = slot_in == S - 1 ? 0 : slot_in + 1;
+    cp_async_commit();
+  };
+
+  float acc[BM / 2];
+#pragma unroll
+  for (int i = 0; i < BM / 2; ++i) acc[i] = 0.f;
+  wg::fence_operands(acc);
+
+#pragma unroll
+  for (int s = 0; s < S - 1; ++s) issue(s);
+
+  constexpr int kSubsPerStage = Ring::kStageBlocks * F::kSubs;
+  // A batch = U sub-blocks decoded into registers, then their 2 U MMAs in one commit group; the
+  // next batch is decoded while this one multiplies (wait<1>). Batches rather than single
+  // sub-blocks: one sub-block's two MMAs are shorter than an MMA's latency (v14: 30 % of peak).
+  constexpr int U = CTAS == 1 ? 4 : 2;
+  static_assert(kSubsPerStage % U == 0, "stages hold a multiple of U sub-blocks");
+  constexpr int sb = Ring::kStageBytes;
+  int slot_out = 0;
+  for (int i = 0; i < n_stages; ++i) {
+    cp_async_wait<S - 2>();
+    wg::fence_proxy_async();
+    __syncthreads();  // stage i visible to every warp and to the tensor cores; stage i - 1's slot free
+    issue(i + S - 1);
+    const unsigned char* st = smem + static_cast<size_t>(slot_out) * L::kStageBytes;
+    const unsigned char* buf = st + L::kXBytes + warp * Ring::kSlotBytes;
+    const uint64_t desc0 = wg::smem_desc_sw128(st);
+#pragma unroll
+    for (int jb = 0; jb < kSubsPerStage; jb += U) {
+      const typename F::Scales sg(buf + g * sb, jb), sg8(buf + (g + 8) * sb, jb);
+      uint32_t af[U][2][4];
+#pragma unroll
+      for (int u = 0; u < U; ++u) a_fragments<F, T>(buf, sb, jb + u, g, c, sg.at(u), sg8.at(u), af[u][0], af[u][1]);
+      wg::fence();
+#pragma unroll
+      for (int u = 0; u < U; ++u) {
+        // Sub-block js = elements 32 js .. of the stage: chunk js / 2, at byte 64 (js & 1) of the
+        // swizzled row; the second k-step 32 bytes further.
+        const int js = jb + u;
+        const uint32_t off = static_cast<uint32_t>((js >> 1) * BM * 128 + (js & 1) * 64);
+        wgmma_step<T, BM>(acc, af[u][0], desc0 + (off >> 4));
+        wgmma_step<T, BM>(acc, af[u][1], desc0 + ((off + 32) >> 4));
+      }
+      wg::commit();
+      wg::wait<1>();  // the previous batch is done: its registers are free
+    }
+    wg::wait<0>();  // every MMA reading this slot is done before the barrier hands it to the copies
+    slot_out = slot_out == S - 1 ? 0 : slot_out + 1;
+  }
+  cp_async_wait<0>();
+  wg::fence_operands(acc);
+
+  // acc[4 t + q]: weight row g (+8 for q >= 2) of this warp, activation row col0 + 8 t + 2c + (q & 1).
+  if (wa.splits == 1) {
+#pragma unroll
+    for (int t = 0; t < BM / 8; ++t)
+#pragma unroll
+      for (int q = 0; q < 4; ++q) store_acc<T>(p, a.y, a.rows, row0, col0, g, c, t, q, acc[4 * t + q]);
+  } else {
+    float* ws = wa.ws + static_cast<int64_t>(blockIdx.z) * a.rows * p.N;
+#pragma unroll
+    for (int t = 0; t < BM / 8; ++t)
+#pragma unroll
+      for (int q = 0; q < 4; ++q) {
+        const int n = row0 + g + (q >= 2 ? 8 : 0), r = col0 + t * 8 + 2 * c + (q & 1);
+        if (n < p.N && r < a.rows) ws[static_cast<int64_t>(r) * p.N + n] = acc[4 * t + q];
+      }
+  }
+#endif
+}
+
+// y = the sum of the splits' partial products, one thread per output element.
+template <typename T>
+__global__ void reduce_splits_kernel(const WgArgs wa) {
+  const QmmaArgs& a = wa.q;
+  const int64_t plane = static_cast<int64_t>(a.rows) * a.p.N;
+  const int64_t idx = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (idx >= plane) return;
+  float v = 0.f;
+  for (int s = 0; s < wa.splits; ++s) v += wa.ws[s * plane + idx];
+  const int r = static_cast<int>(idx / a.p.N), n = static_cast<int>(idx - static_cast<int64_t>(r) * a.p.N);
+  const int b = r / a.p.M, m = r - b * a.p.M;
+  static_cast<T*>(a.y)[uqr_y_offset(a.p, b, m, n)] = from_float<T>(v);
+}
+
+// The launch configuration: column tile BM (64 for few rows - less padding - and where 128 does not
+// fit, mlx4 g128's stage) and CTAs per SM. UQR_WGMMA_BM / UQR_WGMMA_CTAS override them for A/B
+// runs on the H200 (bench/h200_v18.sh).
+struct WgConfig {
+  int bm, ctas;
+};
+
+inline int env_int(const char* name) {
+  const char* v = getenv(name);
+  return v ? atoi(v) : 0;
+}
+
+template <class F>
+WgConfig pick_config(int rows) {
+  static const int forced_bm = env_int("UQR_WGMMA_BM"), forced_ctas = env_int("UQR_WGMMA_CTAS");
+  WgConfig c{rows > 64 && wg_fits<F, 128>() ? 128 : 64, 1};
+  if (forced_bm == 64 || (forced_bm == 128 && wg_fits<F, 128>())) c.bm = forced_bm;
+  if (forced_ctas == 2 && c.bm == 64 && wg_fits<F, 64, 2>()) c.ctas = 2;
+  return c;
+}
+
+// Splits over K: while the (row, column) tiles leave most CTA slots idle (N = 4096: 32 row tiles),
+// split so the grid fills one wave, keeping >= 4 stages per split for the pipeline.
+inline int pick_splits(int tiles, int n_stages, int ctas_per_sm) {
+  const int slots = sm_count() * ctas_per_sm;
+  int splits = 1;
+  while (tiles * splits * 2 <= slots && n_stages / (splits * 2) >= 4) splits *= 2;
+  return splits;
+}
+
+template <class F, typename T, int BM, int CTAS>
+cudaError_t launch_wgmma(const WgArgs& wa, cudaStream_t stream) {
+  if constexpr (!wg_fits<F, BM, CTAS>()) {
+    return cudaErrorInvalidValue;
+  } else {
+    constexpr size_t smem = WgLayout<F, BM, CTAS>::kSmem;
+    static const cudaError_t attr = cudaFuncSetAttribute(qmma_wgmma_kernel<F, T, BM, CTAS>,
+                                                         cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
+    if (attr != cudaSuccess) return attr;
+    const dim3 grid((wa.q.p.N + kWgWarps * kWarpRows - 1) / (kWgWarps * kWarpRows), (wa.q.rows + BM - 1) / BM, wa.splits);
+    qmma_wgmma_kernel<F, T, BM, CTAS><<<grid, kWgWarps * 32, smem, stream>>>(wa);
+    if (const cudaError_t e = cudaGetLastError(); e != cudaSuccess || wa.splits == 1) return e;
+    const int64_t outs = static_cast<int64_t>(wa.q.rows) * wa.q.p.N;
+    reduce_splits_kernel<T><<<static_cast<unsigned>((outs + 255) / 256), 256, 0, stream>>>(wa);
+    return cudaGetLastError();
+  }
+}
+
+// Whether this binary has the kernel's sm_90a code for the current device: an sm_80 build would
+// run the empty body and leave y unwritten, so it refuses instead.
+template <class F, typename T>
+bool wgmma_compiled() {
+  static const bool ok = [] {
+    int dev = 0, major = 0, minor = 0;
+    cudaFuncAttributes attr{};
+    if (cudaGetDevice(&dev) != cudaSuccess) return false;
+    cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
+    cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev);
+    if (major != 9 || minor != 0) return false;
+    if (cudaFuncGetAttributes(&attr, qmma_wgmma_kernel<F, T, 64, 1>) != cudaSuccess) return false;
+    return attr.binaryVersion == 90;
+  }();
+  return ok;
+}
+
+template <class F, typename T>
+cudaError_t run_wgmma(WgArgs wa, T* xp, cudaStream_t stream) {
+  if (!wgmma_compiled<F, T>()) return cudaErrorNoKernelImageForDevice;
+  QmmaArgs& a = wa.q;
+  const int64_t threads = static_cast<int64_t>(a.rows) * (a.p.K / 32);
+  permute_x_kernel<T, F::kWideX><<<static_cast<unsigned>((threads + 255) / 256), 256, 0, stream>>>(a, xp);
+  if (const cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
+  // The kernel reads the permuted copy: contiguous rows of K, no heads, batch folded into rows.
+  a.x = xp;
+  const WgConfig c = pick_config<F>(a.rows);
+  if (c.bm == 128) return launch_wgmma<F, T, 128, 1>(wa, stream);
+  return c.ctas == 2 ? launch_wgmma<F, T, 64, 2>(wa, stream) : launch_wgmma<F, T, 64, 1>(wa, stream);
+}
+
+template <class F>
+int splits_for(const uqr_gemm_params& p, int rows) {
+  const WgConfig c = pick_config<F>(rows);
+  const int tiles = (p.N + kWgWarps * kWarpRows - 1) / (kWgWarps * kWarpRows) * ((rows + c.bm - 1) / c.bm);
+  return pick_splits(tiles, p.K / RowRing<F>::kStageElems, c.ctas);
+}
+
+}  // namespace
+
+const char* wgmma_unsupported(const uqr_gemm_params& p, int rows, bool half_x, uintptr_t x_addr, uintptr_t w_addr,
+                              int64_t w_row_stride) {
+  if (const char* why = qmma_unsupported(p, rows, half_x, x_addr, w_addr, w_row_stride)) return why;
+  if (p.K % 64) return "K must be a multiple of 64";
+  return nullptr;
+}
+
+int wgmma_splits(const uqr_gemm_params& p, int rows) {
+  int splits = 1;
+  with_format(p, [&](auto f) {
+    splits = splits_for<decltype(f)>(p, rows);
+    return cudaSuccess;
+  });
+  return splits;
+}
+
+cudaError_t qmma_wgmma(const void* x, void* x_scratch, float* split_ws, const uint8_t* w, int64_t w_row_stride,
+                       void* y, const uqr_gemm_params& p, bool bf16, cudaStream_t stream) {
+  const int rows = p.batch * p.M;
+  if (wgmma_unsupported(p, rows, true, reinterpret_cast<uintptr_t>(x), reinterpret_cast<uintptr_t>(w), w_row_stride))
+    return cudaErrorInvalidValue;
+  const QmmaArgs a{p, x, y, w, w_row_stride, rows};
+  return with_format(a.p, [&](auto f) {
+    using F = decltype(f);
+    const WgArgs wa{a, split_ws, splits_for<F>(p, rows)};
+    if (wa.splits > 1 && split_ws == nullptr) return cudaErrorInvalidValue;
+    return bf16 ? run_wgmma<F, __nv_bfloat16>(wa, static_cast<__nv_bfloat16*>(x_scratch), stream)
+                : run_wgmma<F, __half>(wa, static_cast<__half*>(x_scratch), stream);
+  });
+}
+
+}  // namespace cuda
+}  // namespace uqr
