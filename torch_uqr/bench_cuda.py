@@ -27,6 +27,7 @@ SCRATCH_MIN_M = 128  # below this the decode pass alone outweighs any matmul sav
 VEC_MAX_M = 128      # the vec path re-reads W per row; larger M takes seconds
 GEMV_MAX_M = 16      # likewise the one-row CUDA-core kernel
 PAIRED_MIN_M = 512   # from here (compute-bound) the ratio to cuBLAS is also timed interleaved
+WGMMA_MIN_M, WGMMA_BENCH_MAX_M = 17, 512  # the Hopper kernel (sm_90): timed where auto may take it and one step past
 
 
 def _graph(calls: list[Callable[[], object]]) -> Callable[[], None]:
@@ -103,7 +104,7 @@ def bench_shape(N: int, K: int, Ms, formats, reps: int, l2: int, rows: list) -> 
     """Time and check every format and peer on one weight shape, appending rows."""
     from .triton_kernels import configs
     from .triton_kernels.configs import QMMA_MID_MAX_ROWS as QMMA_BENCH_MAX_M
-    from .triton_kernels.dispatch import gemm_triton, qmma_available, qmma_fits
+    from .triton_kernels.dispatch import gemm_triton, qmma_available, qmma_fits, wgmma_available
     from .triton_kernels.formats_meta import block_geometry
     from .triton_kernels.testing import random_packed, reference_dequantize
 
@@ -147,6 +148,9 @@ def bench_shape(N: int, K: int, Ms, formats, reps: int, l2: int, rows: list) -> 
             kernels = (["fused"] + (["scratch"] if M >= SCRATCH_MIN_M else [])
                        + (["gemv"] if M <= GEMV_MAX_M else [])
                        + (["qmma"] if qmma_available() and M <= QMMA_BENCH_MAX_M
+                          and qmma_fits(xs[0], W[0], fmt, K, g, False, M) else [])
+                       + (["wgmma"] if WGMMA_MIN_M <= M <= WGMMA_BENCH_MAX_M and K % 64 == 0
+                          and wgmma_available(torch.cuda.current_device())
                           and qmma_fits(xs[0], W[0], fmt, K, g, False, M) else []))
             paths = ["mma"] + (["vec"] if fmt == "ternary" and M <= VEC_MAX_M else [])
             for path in paths:
@@ -259,7 +263,7 @@ def table(rows: list) -> str:
     keys = sorted({(r["N"], r["K"], r["M"]) for r in rows})
     for N, K, M in keys:
         sel = [r for r in rows if (r["N"], r["K"], r["M"]) == (N, K, M) and "ms" in r]
-        def best(fmt, kernels=("fused", "scratch", "gemv", "qmma")):
+        def best(fmt, kernels=("fused", "scratch", "gemv", "qmma", "wgmma")):
             c = [r for r in sel if r["fmt"] == fmt and r["kernel"] in kernels]
             if not c:
                 return "-"

@@ -271,9 +271,12 @@ inline int env_int(const char* name) {
 template <class F>
 WgConfig pick_config(int rows) {
   static const int forced_bm = env_int("UQR_WGMMA_BM"), forced_ctas = env_int("UQR_WGMMA_CTAS");
+  // Two CTAs an SM up to 64 rows where their stages fit half the shared memory (v18: q4_0 37.3 vs
+  // 39.5 us at 64 rows on 14336 x 4096, exl3 53.8 vs 57.7, 4096 x 14336 q4_0 31.6 vs 34.8); above
+  // 64 rows one CTA with 128-row tiles (v18, 128 rows: exl3 75.0 vs 90.4 at two CTAs of 64).
   WgConfig c{rows > 64 && wg_fits<F, 128>() ? 128 : 64, 1};
   if (forced_bm == 64 || (forced_bm == 128 && wg_fits<F, 128>())) c.bm = forced_bm;
-  if (forced_ctas == 2 && c.bm == 64 && wg_fits<F, 64, 2>()) c.ctas = 2;
+  if (c.bm == 64 && wg_fits<F, 64, 2>() && (forced_ctas == 2 || (forced_ctas == 0 && rows <= 64))) c.ctas = 2;
   return c;
 }
 

@@ -82,11 +82,13 @@ QMMA_MID_MIN_N = 8192
 # 57.6 vs 56.0 / 79.0; exl3 58.1 / 75.4 vs 89.6 / 84.7); from 256 rows the scratch path leads
 # (q4_0 87.0 vs 109.3). On 4096 x 4096 and 4096 x 14336 (q4_0, exl3) wgmma leads from 32 rows
 # (4096 x 14336 q4_0: 34.3 vs the scratch path's 77.8) to 128 (exl3 on 4096 x 4096: 27.0 vs 26.7,
-# a tie), and loses at 256 there too except q4_0 on 4096 x 14336. q8_0 was only measured on
-# 14336 x 4096, so on smaller N it keeps the fused kernel (configs.SCRATCH_HALF_FORMAT_MIN_M).
+# a tie), and loses at 256 there too except q4_0 on 4096 x 14336. q8_0 (v17: 57.4 us at 32 rows
+# against the mid-M kernel's 47.2, 60.2 at 64 against 77.6) starts at 33 rows; v19's benchmark
+# (results/h200_v19.log) has it ahead at 128 rows on every shape (4096 x 14336: 67.8 vs the
+# scratch path's 92.0; 4096 x 4096: 28.1 vs 29.4). The last entry is the least N (none here).
 WGMMA_ROWS: dict[str, tuple[int, int, int]] = {
     **{f: (17, 128, 0) for f in ("q4_0", "q4_1", "q4_k", "mlx4", "var_affine", "exl3", "ternary")},
-    "q8_0": (33, 128, 8192),
+    "q8_0": (33, 128, 0),
 }
 # Up to this many activation rows, path "auto" uses the CUDA-core row kernel (gemv.py).
 GEMV_AUTO_MAX_M = 1
