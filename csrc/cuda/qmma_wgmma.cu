@@ -1,20 +1,22 @@
 // Hopper (sm_90a) kernel for more than 16 activation rows: the weights are decoded into registers
 // as the A operand of wgmma (qmma_traits.cuh's per-format codes, scales applied, rounded to T once
 // as in the mid-M kernel) and the activations are the B operand, read by the tensor cores from
-// shared memory. The MMA is asynchronous, so a warp decodes the next sub-block while the previous
-// one multiplies: what the mid-M mma.sync kernel could not overlap (bench/NOTES.md v11: ~9 issued
-// instructions per MMA at 25 % occupancy).
+// shared memory. The MMA is asynchronous, so a warp decodes the next batch of sub-blocks while the
+// previous batch multiplies: what the mid-M mma.sync kernel could not overlap (bench/NOTES.md v11:
+// ~9 issued instructions per MMA at 25 % occupancy). What limits it now is the decode's own
+// instruction latency (v17 ncu: 2 warps per scheduler, one issue every 8.6 cycles each).
 //
 // CTA = two warpgroups = 128 weight rows (each warp its 16 rows, as the weight ring of the mid-M
 // kernel) x BM activation rows (wgmma's N). K is walked in the formats' 256/512-element stages,
-// two stages in flight (cp.async, one barrier a stage).
+// 2-4 of them in flight (cp.async, one barrier a stage).
 //
 // x goes through a small pre-pass (permute_x_kernel): the codes of qmma_traits.cuh sit in the A
 // fragment in a permuted k order (a lane's pair (v, v+2) at k positions (2c, 2c+1)); mma.sync
 // kernels permute x the same way in registers, but wgmma reads B straight from shared memory. So
 // each row of x is rewritten once, in the order the codes use, into a contiguous scratch matrix
-// (also gathering batched and head-strided x): rows x K elements, ~1-3 us against the GEMM's
-// tens. The kernel then copies it with cp.async into 128-byte-swizzled tiles.
+// (also gathering batched and head-strided x): rows x K elements, a small copy next to the weights
+// at these row counts (not timed on its own). The kernel then copies it with cp.async into
+// 128-byte-swizzled tiles.
 #include <cstdlib>
 
 #include "qmma_small_m.h"
@@ -36,8 +38,8 @@ constexpr int kXChunk = 64;  // x elements per swizzled 128-byte row
 
 // Shared memory of one stage: the x tile as Ring::kStageElems / 64 chunks of [BM][64] (BM * 128
 // bytes, 1024-aligned), then the 8 warps' weight slots, padded so the next stage stays aligned.
-// As many stages as fit, up to 4: the kernel waits on memory latency, not bandwidth (v15: 2
-// stages moved 0.6 TB/s of weights at M = 128), so bytes in flight are what it needs.
+// As many stages as fit, up to 4 (v16: at 64-row tiles 3-4 stages against 2, q4_0 at 64 rows 41.2
+// -> 39.7 us, mlx4 51.3 -> 38.6; at 128-row tiles only 2 fit).
 template <class F, int BM, int CTAS>
 struct WgLayout {
   using Ring = RowRing<F>;
@@ -55,7 +57,8 @@ __host__ __device__ constexpr bool wg_fits() {
   return WgLayout<F, BM, CTAS>::kStages >= 2;
 }
 
-// k position of element e of x inside the permuted order the codes use (see the file comment):
+// The x element (offset within its 16/32-element group's base) that goes to k position kpos of the
+// permuted order the codes use (see the file comment):
 // kWideX = false: per 16 elements, the even ones then the odd ones; mlx4 (kWideX): per 32, lane c's
 // k-step h takes elements 8c + {2h, 2h+4, 2h+1, 2h+5} at k positions 16h + {2c, 2c+1, 2c+8, 2c+9}.
 template <bool kWide>
@@ -120,7 +123,8 @@ struct WgArgs {
 
 // CTAS = CTAs meant to share an SM: 2 caps registers at 128 a thread (smaller batches, U = 2) and
 // shared memory at half, so 16 warps hide each other's decode latency instead of 8 (v17 ncu: at
-// one CTA an SM each warp issued once every 8.6 cycles, 0.31 eligible warps a scheduler).
+// one CTA an SM each warp issued once every 8.6 cycles, 0.31 eligible warps a scheduler). v18
+// measured 5-10 % from it at up to 64 rows, not the 2x that latency alone would give.
 template <class F, typename T, int BM, int CTAS>
 __global__ void __launch_bounds__(kWgWarps * 32, CTAS) qmma_wgmma_kernel(const WgArgs wa) {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -184,8 +188,8 @@ __global__ void __launch_bounds__(kWgWarps * 32, CTAS) qmma_wgmma_kernel(const W
 
   constexpr int kSubsPerStage = Ring::kStageBlocks * F::kSubs;
   // A batch = U sub-blocks decoded into registers, then their 2 U MMAs in one commit group; the
-  // next batch is decoded while this one multiplies (wait<1>). Batches rather than single
-  // sub-blocks: one sub-block's two MMAs are shorter than an MMA's latency (v14: 30 % of peak).
+  // next batch is decoded while this one multiplies (wait<1>). Batches of 4 measured no faster
+  // than single sub-blocks (v15: q4_0 at 128 rows 58.6 vs v14's 56.3 us) and are what v16-v19 ran.
   constexpr int U = CTAS == 1 ? 4 : 2;
   static_assert(kSubsPerStage % U == 0, "stages hold a multiple of U sub-blocks");
   constexpr int sb = Ring::kStageBytes;
