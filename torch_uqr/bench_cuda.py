@@ -104,7 +104,7 @@ def bench_shape(N: int, K: int, Ms, formats, reps: int, l2: int, rows: list) -> 
     """Time and check every format and peer on one weight shape, appending rows."""
     from .triton_kernels import configs
     from .triton_kernels.configs import QMMA_MID_MAX_ROWS as QMMA_BENCH_MAX_M
-    from .triton_kernels.dispatch import gemm_triton, qmma_available, qmma_fits, wgmma_available
+    from .triton_kernels.dispatch import gemm_triton, qmma_available, qmma_fits, wgmma_fits
     from .triton_kernels.formats_meta import block_geometry
     from .triton_kernels.testing import random_packed, reference_dequantize
 
@@ -149,9 +149,8 @@ def bench_shape(N: int, K: int, Ms, formats, reps: int, l2: int, rows: list) -> 
                        + (["gemv"] if M <= GEMV_MAX_M else [])
                        + (["qmma"] if qmma_available() and M <= QMMA_BENCH_MAX_M
                           and qmma_fits(xs[0], W[0], fmt, K, g, False, M) else [])
-                       + (["wgmma"] if WGMMA_MIN_M <= M <= WGMMA_BENCH_MAX_M and K % 64 == 0
-                          and wgmma_available(torch.cuda.current_device())
-                          and qmma_fits(xs[0], W[0], fmt, K, g, False, M) else []))
+                       + (["wgmma"] if WGMMA_MIN_M <= M <= WGMMA_BENCH_MAX_M
+                          and wgmma_fits(xs[0], W[0], fmt, K, g, False, M) else []))
             paths = ["mma"] + (["vec"] if fmt == "ternary" and M <= VEC_MAX_M else [])
             for path in paths:
                 for kernel in (kernels if path == "mma" else ["fused"]):

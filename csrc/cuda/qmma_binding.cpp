@@ -59,7 +59,7 @@ at::Tensor wgmma_cuda(const at::Tensor& x, const at::Tensor& w, c10::string_view
   at::Tensor scratch = at::empty({rows, K}, x.options());
   const int splits = wgmma_splits(plan.p, static_cast<int>(rows));
   at::Tensor split_ws = splits > 1 ? at::empty({splits, rows, N}, x.options().dtype(at::kFloat)) : at::Tensor();
-  const cudaError_t err = qmma_wgmma(plan.x_used.data_ptr(), scratch.data_ptr(),
+  const cudaError_t err = qmma_wgmma(plan.x_used.data_ptr(), scratch.data_ptr(), splits,
                                      splits > 1 ? split_ws.data_ptr<float>() : nullptr, w.data_ptr<uint8_t>(),
                                      w.stride(0), y.data_ptr(), plan.p, x.scalar_type() == at::kBFloat16,
                                      c10::cuda::getCurrentCUDAStream());

@@ -33,11 +33,11 @@ const char* wgmma_unsupported(const uqr_gemm_params& p, int rows, bool half_x, u
 int wgmma_splits(const uqr_gemm_params& p, int rows);
 
 // y = x W^T like qmma_small_m, through x_scratch (batch * M x K elements of x's dtype, 16-byte
-// aligned: x rewritten in the codes' k order) and, when wgmma_splits > 1, split_ws (that many
-// fp32 [batch * M][N] planes). cudaErrorNoKernelImageForDevice off an sm_90 GPU or in a build
-// without sm_90a code.
-cudaError_t qmma_wgmma(const void* x, void* x_scratch, float* split_ws, const uint8_t* w, int64_t w_row_stride,
-                       void* y, const uqr_gemm_params& p, bool bf16, cudaStream_t stream);
+// aligned: x rewritten in the codes' k order) and, with splits = wgmma_splits(p, rows) > 1,
+// split_ws (that many fp32 [batch * M][N] planes). cudaErrorNoKernelImageForDevice off an sm_90
+// GPU or in a build without sm_90a code.
+cudaError_t qmma_wgmma(const void* x, void* x_scratch, int splits, float* split_ws, const uint8_t* w,
+                       int64_t w_row_stride, void* y, const uqr_gemm_params& p, bool bf16, cudaStream_t stream);
 
 }  // namespace cuda
 }  // namespace uqr

@@ -367,16 +367,16 @@ int wgmma_splits(const uqr_gemm_params& p, int rows) {
   return splits;
 }
 
-cudaError_t qmma_wgmma(const void* x, void* x_scratch, float* split_ws, const uint8_t* w, int64_t w_row_stride,
-                       void* y, const uqr_gemm_params& p, bool bf16, cudaStream_t stream) {
+cudaError_t qmma_wgmma(const void* x, void* x_scratch, int splits, float* split_ws, const uint8_t* w,
+                       int64_t w_row_stride, void* y, const uqr_gemm_params& p, bool bf16, cudaStream_t stream) {
   const int rows = p.batch * p.M;
   if (wgmma_unsupported(p, rows, true, reinterpret_cast<uintptr_t>(x), reinterpret_cast<uintptr_t>(w), w_row_stride))
     return cudaErrorInvalidValue;
   const QmmaArgs a{p, x, y, w, w_row_stride, rows};
   return with_format(a.p, [&](auto f) {
     using F = decltype(f);
-    const WgArgs wa{a, split_ws, splits_for<F>(p, rows)};
-    if (wa.splits > 1 && split_ws == nullptr) return cudaErrorInvalidValue;
+    const WgArgs wa{a, split_ws, splits};
+    if (splits < 1 || (splits > 1 && split_ws == nullptr)) return cudaErrorInvalidValue;
     return bf16 ? run_wgmma<F, __nv_bfloat16>(wa, static_cast<__nv_bfloat16*>(x_scratch), stream)
                 : run_wgmma<F, __half>(wa, static_cast<__half*>(x_scratch), stream);
   });

@@ -114,17 +114,24 @@ def wgmma_available(device_index: int) -> bool:
     return _has_op("_wgmma_cuda") and torch.cuda.get_device_capability(device_index) == (9, 0)
 
 
-def wgmma_auto(x: torch.Tensor, w: torch.Tensor, fmt: str, N: int, K: int, group_size: int, in_heads: bool,
+def wgmma_fits(x: torch.Tensor, w: torch.Tensor, fmt: str, K: int, group_size: int, in_heads: bool,
                rows: int) -> bool:
-    """Whether path ``auto`` takes the Hopper wgmma kernel (qmma_wgmma.cu): rows and N in the
-    measured range of configs.WGMMA_ROWS for this format, an sm_90 device, and a call the kernel
-    accepts (qmma_fits' conditions with the mid-M kernel's 16-byte x, and K a multiple of 64)."""
-    lo, hi, min_n = configs.WGMMA_ROWS.get(fmt, (0, -1, 0))
-    if not lo <= rows <= hi or N < min_n or x.device.type != "cuda" or K % 64:
+    """Whether the Hopper wgmma kernel (qmma_wgmma.cu) can take this call: an sm_90 device, and
+    qmma_fits' conditions with the mid-M kernel's 16-byte x, plus K a multiple of 64 (the mirror of
+    the C++ wgmma_unsupported)."""
+    if x.device.type != "cuda" or K % 64:
         return False
     if not wgmma_available(x.device.index if x.device.index is not None else torch.cuda.current_device()):
         return False
     return qmma_fits(x, w, fmt, K, group_size, in_heads, max(rows, configs.QMMA_SMALL_MAX_ROWS + 1))
+
+
+def wgmma_auto(x: torch.Tensor, w: torch.Tensor, fmt: str, N: int, K: int, group_size: int, in_heads: bool,
+               rows: int) -> bool:
+    """Whether path ``auto`` takes the Hopper wgmma kernel: rows and N in the measured range of
+    configs.WGMMA_ROWS for this format, and a call it can take (wgmma_fits)."""
+    lo, hi, min_n = configs.WGMMA_ROWS.get(fmt, (0, -1, 0))
+    return lo <= rows <= hi and N >= min_n and wgmma_fits(x, w, fmt, K, group_size, in_heads, rows)
 
 
 def scratch_auto(fmt: str, rows: int, x_dtype: torch.dtype, bmm_per_batch: bool = False) -> bool:
