@@ -11,3 +11,31 @@ h200_build() {
   UQR_CUDA_ARCHS=${UQR_CUDA_ARCHS:-90a} python3 setup.py build_ext --inplace -j 16 > "$OUT/build.log" 2>&1 \
     && echo "build ok ($(( $(date +%s) - t0 )) s)" || { echo "BUILD FAILED"; tail -30 "$OUT/build.log"; return 1; }
 }
+
+# ncu of the wgmma kernel, q4_0 14336 x 4096 at 128 and 512 rows: speed of light, scheduler, warp
+# states and every stall reason per issued instruction, into $OUT/$1; the summary lines to stdout.
+h200_ncu_wgmma() {
+  timeout 120 ncu --clock-control none --kernel-name regex:"qmma_wgmma_kernel" --launch-count 2 \
+    --section SpeedOfLight --section SchedulerStats --section WarpStateStats --section ComputeWorkloadAnalysis \
+    --metrics regex:smsp__average_warps_issue_stalled_.*_per_issue_active\\.ratio \
+    python3 - > "$OUT/$1" 2>&1 <<'PY'
+import torch
+from torch_uqr.triton_kernels.dispatch import gemm_triton
+from torch_uqr.triton_kernels.testing import random_packed
+w = random_packed("q4_0", 14336, 4096, 0, seed=1, device="cuda")
+for M in (128, 512):
+    gemm_triton(torch.randn(M, 4096, device="cuda", dtype=torch.bfloat16), w, "q4_0", 14336, 4096, kernel="wgmma")
+torch.cuda.synchronize()
+PY
+  grep -v "^==PROF==" "$OUT/$1" | grep -E "qmma_wgmma|Duration|Throughput|Issue|Eligible|Pipe|Executed Ipc|Warp Cycles|stalled" \
+    | awk '$NF+0 > 0.05 || !/stalled/' | head -80
+}
+
+# The header, the sm_90a build and the GPU tests of the tensor-core kernels (wgmma and qmma).
+h200_build_and_test_mma() {
+  h200_header
+  h200_build || return 1
+  local t0; t0=$(date +%s)
+  python3 -m pytest -q -n 8 tests/test_cuda_wgmma.py tests/test_cuda_qmma.py 2>&1 | tail -6
+  echo "tests took $(( $(date +%s) - t0 )) s"
+}

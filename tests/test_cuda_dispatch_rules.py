@@ -77,7 +77,7 @@ def test_wgmma_auto_rows_device_and_fit(monkeypatch) -> None:
     x = torch.randn(40, K, dtype=torch.bfloat16)
     assert not dispatch.wgmma_auto(x, w, "q4_0", 4096, K, 0, False, 40), "CPU tensors never take it"
     monkeypatch.setattr(dispatch, "wgmma_available", lambda index: True)
-    monkeypatch.setattr(configs, "WGMMA_ROWS", {"q4_0": (17, 64, 0), "q8_0": (33, 64, 8192)})
+    monkeypatch.setattr(configs, "WGMMA_ROWS", {"q4_0": ((17, 64, 0), (100, 200, 8192)), "q8_0": ((33, 64, 8192),)})
     fake = torch.device("cuda", 0)
 
     class OnCuda:  # the device check reads x.device; everything else reads the real CPU tensor
@@ -91,6 +91,9 @@ def test_wgmma_auto_rows_device_and_fit(monkeypatch) -> None:
     assert dispatch.wgmma_auto(OnCuda(x), w, "q4_0", 4096, K, 0, False, 40)
     assert not dispatch.wgmma_auto(OnCuda(x), w, "q4_0", 4096, K, 0, False, 65), "above the range"
     assert not dispatch.wgmma_auto(OnCuda(x[:16]), w, "q4_0", 4096, K, 0, False, 16), "below the range"
+    xl = torch.randn(150, K, dtype=torch.bfloat16)
+    assert dispatch.wgmma_auto(OnCuda(xl), w, "q4_0", 8192, K, 0, False, 150), "second range, N large enough"
+    assert not dispatch.wgmma_auto(OnCuda(xl), w, "q4_0", 4096, K, 0, False, 150), "second range, N too small"
     assert not dispatch.wgmma_auto(OnCuda(x), w, "q4_k", 4096, K, 0, False, 40), "format without a range"
     w8 = random_packed("q8_0", 32, K, 0, seed=7)
     assert dispatch.wgmma_auto(OnCuda(x), w8, "q8_0", 8192, K, 0, False, 40)

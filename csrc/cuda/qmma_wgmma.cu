@@ -36,25 +36,65 @@ constexpr int kWgMaxStages = 4;
 __host__ __device__ constexpr size_t wg_smem_limit(int ctas) { return ctas == 1 ? 227 * 1024 : 113 * 1024; }
 constexpr int kXChunk = 64;  // x elements per swizzled 128-byte row
 
-// Shared memory of one stage: the x tile as Ring::kStageElems / 64 chunks of [BM][64] (BM * 128
-// bytes, 1024-aligned), then the 8 warps' weight slots, padded so the next stage stays aligned.
-// As many stages as fit, up to 4 (v16: at 64-row tiles 3-4 stages against 2, q4_0 at 64 rows 41.2
-// -> 39.7 us, mlx4 51.3 -> 38.6; at 128-row tiles only 2 fit).
+// Batches of U sub-blocks: decoded into registers, then their 2 U MMAs in one commit group, the
+// next batch decoded while this one multiplies. 4 a batch at one CTA an SM (v15: batches of 4
+// measured no faster than single sub-blocks, and are what v16-v20 ran), 2 under two CTAs' register cap.
+__host__ __device__ constexpr int wg_batch(int ctas) { return ctas == 1 ? 4 : 2; }
+
+// Depth of the split rings below: x slots, weight slots, and how many batches ahead x is copied.
+struct SplitDepth {
+  int x_slots, w_slots, depth;
+};
+// The deepest prefetch that fits `limit` bytes, up to 6 batches ahead: copying batch v + D into x
+// slot (v + D) % XS needs batch v + D - XS retired by both warpgroups before batch v's barrier
+// (D <= XS - 2), and stage (v + D) / 2's weight slot free of stage (v + D) / 2 - WS, decoded by batch
+// v - 1 at the latest (D <= 2 WS - 2).
+__host__ __device__ constexpr SplitDepth split_depth(int x_bytes, int w_bytes, int limit) {
+  SplitDepth best{0, 0, 0};
+  for (int ws = 2; ws <= 4; ++ws) {
+    const int room = limit - ws * w_bytes;
+    if (room < 3 * x_bytes) continue;
+    const int xs = room / x_bytes > 8 ? 8 : room / x_bytes;
+    const int d = xs - 2 < 2 * ws - 2 ? xs - 2 : 2 * ws - 2;
+    if (d > best.depth) best = SplitDepth{d + 2, (d + 3) / 2, d};
+  }
+  return best;
+}
+
+// Shared memory. Two layouts:
+// - whole stages (two CTAs an SM, and mlx4 g128's four batches a stage): a stage = the x tile as
+//   Ring::kStageElems / 64 chunks of [BM][64] (BM * 128 bytes, 1024-aligned), then the 8 warps'
+//   weight slots; as many stages as fit, up to 4 (v16: at 64-row tiles 3-4 stages against 2, q4_0
+//   at 64 rows 41.2 -> 39.7 us, mlx4 51.3 -> 38.6);
+// - split rings (kSplit: one CTA an SM, two batches a stage): x in slots of one batch (half a stage)
+//   and the weights in stage slots, so x is copied several batches ahead. With whole stages at
+//   128-row tiles only 2 fit (x alone is 64 KB a stage), and v20's ncu put 18 % of the stall cycles
+//   at 128 rows on waiting for those copies (long scoreboard: the decode reads only shared memory).
 template <class F, int BM, int CTAS>
 struct WgLayout {
   using Ring = RowRing<F>;
+  static constexpr int kSubsPerStage = Ring::kStageBlocks * F::kSubs;
+  static constexpr int kU = wg_batch(CTAS);
+  static constexpr bool kSplit = CTAS == 1 && kSubsPerStage == 2 * kU;
+  static constexpr int kLimit = static_cast<int>(wg_smem_limit(CTAS)) - 1024;  // - alignment slack
   static constexpr int kChunks = Ring::kStageElems / kXChunk;
   static constexpr int kXBytes = kChunks * BM * 128;
   static constexpr int kWBytes = kWgWarps * Ring::kSlotBytes;
-  static constexpr int kStageBytes = kXBytes + (kWBytes + 1023) / 1024 * 1024;
-  static constexpr int kFit = static_cast<int>((wg_smem_limit(CTAS) - 1024) / kStageBytes);
+  static constexpr int kWSlotBytes = (kWBytes + 1023) / 1024 * 1024;
+  static constexpr int kStageBytes = kXBytes + kWSlotBytes;
+  static constexpr int kFit = kLimit / kStageBytes;
   static constexpr int kStages = kFit < kWgMaxStages ? kFit : kWgMaxStages;
-  static constexpr size_t kSmem = static_cast<size_t>(kStages) * kStageBytes + 1024;  // + alignment slack
+  static constexpr int kHalfXBytes = kXBytes / 2;
+  static constexpr SplitDepth kRing = split_depth(kHalfXBytes, kWSlotBytes, kLimit);
+  static constexpr bool kFits = kSplit ? kRing.depth >= 1 : kStages >= 2;
+  static constexpr size_t kSmem =
+      (kSplit ? static_cast<size_t>(kRing.x_slots) * kHalfXBytes + static_cast<size_t>(kRing.w_slots) * kWSlotBytes
+              : static_cast<size_t>(kStages) * kStageBytes) + 1024;
 };
 
 template <class F, int BM, int CTAS = 1>
 __host__ __device__ constexpr bool wg_fits() {
-  return WgLayout<F, BM, CTAS>::kStages >= 2;
+  return WgLayout<F, BM, CTAS>::kFits;
 }
 
 // The x element (offset within its 16/32-element group's base) that goes to k position kpos of the
@@ -131,17 +171,25 @@ __global__ void __launch_bounds__(kWgWarps * 32, CTAS) qmma_wgmma_kernel(const W
   extern __shared__ unsigned char smem_raw[];
   using L = WgLayout<F, BM, CTAS>;
   using Ring = RowRing<F>;
-  constexpr int S = L::kStages;
   constexpr int kThreads = kWgWarps * 32;
-  // x copies: a stage row is kRowPieces 16-byte pieces; thread tid copies piece tid % kRowPieces of
-  // rows tid / kRowPieces + u * kRowStep.
-  constexpr int kRowPieces = Ring::kStageElems / 8;
+  constexpr int U = L::kU;
+  constexpr int kSubsPerStage = L::kSubsPerStage;
+  static_assert(kSubsPerStage % U == 0, "stages hold a multiple of U sub-blocks");
+  constexpr int sb = Ring::kStageBytes;
+  // x copies of one slot (a stage, or half of one with split rings): a slot row is kRowPieces
+  // 16-byte pieces; thread tid copies piece tid % kRowPieces of rows tid / kRowPieces + u * kRowStep.
+  constexpr int kSlotElems = L::kSplit ? Ring::kStageElems / 2 : Ring::kStageElems;
+  static_assert(kSlotElems % kXChunk == 0, "x slots hold whole 64-element chunks");
+  constexpr int kRowPieces = kSlotElems / 8;
   static_assert(kThreads % kRowPieces == 0, "x pieces split evenly");
   constexpr int kRowStep = kThreads / kRowPieces, kXCopies = BM / kRowStep;
   static_assert(BM % kRowStep == 0, "x rows split evenly");
 
   const QmmaArgs& a = wa.q;
-  unsigned char* smem = reinterpret_cast<unsigned char*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t{1023});
+  // Aligned by an offset from smem_raw, not by casting through an integer: a pointer rebuilt from an
+  // integer loses the shared address space, and every weight read became a generic 64-bit LD
+  // instead of LDS (SASS of v19's build).
+  unsigned char* smem = smem_raw + ((1024u - (static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw)) & 1023u)) & 1023u);
   const uqr_gemm_params& p = a.p;
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   const int g = lane >> 2, c = lane & 3;
@@ -165,83 +213,142 @@ __global__ void __launch_bounds__(kWgWarps * 32, CTAS) qmma_wgmma_kernel(const W
     xdst[u] = static_cast<uint32_t>(chunk * BM * 128 + r * 128 + ((j ^ (r & 7)) << 4));
   }
 
-  int slot_in = 0;
-  auto issue = [&](int i) {
-    if (i < n_stages) {
-      unsigned char* st = smem + static_cast<size_t>(slot_in) * L::kStageBytes;
-      wr.copy(st + L::kXBytes + warp * Ring::kSlotBytes, i, lane);
-      const int64_t xo = static_cast<int64_t>(i) * Ring::kStageElems;
-#pragma unroll
-      for (int u = 0; u < kXCopies; ++u) cp_async16(st + xdst[u], xsrc[u] + xo);
-    }
-    slot_in = slot_in == S - 1 ? 0 : slot_in + 1;
-    cp_async_commit();
-  };
-
   float acc[BM / 2];
 #pragma unroll
   for (int i = 0; i < BM / 2; ++i) acc[i] = 0.f;
   wg::fence_operands(acc);
 
+  // One batch: sub-blocks jb .. jb + U - 1 of the weight slot at buf (this warp's 16 rows), times
+  // the x tile whose sub-block jx starts at chunk jx / 2, byte 64 (jx & 1) of the swizzled rows at
+  // desc0 (the second k-step 32 bytes further); x_sub0 = jb's sub-block there.
+  auto batch = [&](const unsigned char* buf, int jb, uint64_t desc0, int x_sub0) {
+    const typename F::Scales sg(buf + g * sb, jb), sg8(buf + (g + 8) * sb, jb);
+    uint32_t af[U][2][4];
 #pragma unroll
-  for (int s = 0; s < S - 1; ++s) issue(s);
-
-  constexpr int kSubsPerStage = Ring::kStageBlocks * F::kSubs;
-  // A batch = U sub-blocks decoded into registers, then their 2 U MMAs in one commit group; the
-  // next batch is decoded while this one multiplies (wait<1>). Batches of 4 measured no faster
-  // than single sub-blocks (v15: q4_0 at 128 rows 58.6 vs v14's 56.3 us) and are what v16-v19 ran.
-  constexpr int U = CTAS == 1 ? 4 : 2;
-  static_assert(kSubsPerStage % U == 0, "stages hold a multiple of U sub-blocks");
-  constexpr int sb = Ring::kStageBytes;
-  int slot_out = 0;
-  for (int i = 0; i < n_stages; ++i) {
-    cp_async_wait<S - 2>();
-    wg::fence_proxy_async();
-    __syncthreads();  // stage i visible to every warp and to the tensor cores; stage i - 1's slot free
-    issue(i + S - 1);
-    const unsigned char* st = smem + static_cast<size_t>(slot_out) * L::kStageBytes;
-    const unsigned char* buf = st + L::kXBytes + warp * Ring::kSlotBytes;
-    const uint64_t desc0 = wg::smem_desc_sw128(st);
+    for (int u = 0; u < U; ++u) a_fragments<F, T>(buf, sb, jb + u, g, c, sg.at(u), sg8.at(u), af[u][0], af[u][1]);
+    wg::fence();
 #pragma unroll
-    for (int jb = 0; jb < kSubsPerStage; jb += U) {
-      const typename F::Scales sg(buf + g * sb, jb), sg8(buf + (g + 8) * sb, jb);
-      uint32_t af[U][2][4];
-#pragma unroll
-      for (int u = 0; u < U; ++u) a_fragments<F, T>(buf, sb, jb + u, g, c, sg.at(u), sg8.at(u), af[u][0], af[u][1]);
-      wg::fence();
-#pragma unroll
-      for (int u = 0; u < U; ++u) {
-        // Sub-block js = elements 32 js .. of the stage: chunk js / 2, at byte 64 (js & 1) of the
-        // swizzled row; the second k-step 32 bytes further.
-        const int js = jb + u;
-        const uint32_t off = static_cast<uint32_t>((js >> 1) * BM * 128 + (js & 1) * 64);
-        wgmma_step<T, BM>(acc, af[u][0], desc0 + (off >> 4));
-        wgmma_step<T, BM>(acc, af[u][1], desc0 + ((off + 32) >> 4));
-      }
-      wg::commit();
-      wg::wait<1>();  // the previous batch is done: its registers are free
+    for (int u = 0; u < U; ++u) {
+      const int jx = x_sub0 + u;
+      const uint32_t off = static_cast<uint32_t>((jx >> 1) * BM * 128 + (jx & 1) * 64);
+      wgmma_step<T, BM>(acc, af[u][0], desc0 + (off >> 4));
+      wgmma_step<T, BM>(acc, af[u][1], desc0 + ((off + 32) >> 4));
     }
-    wg::wait<0>();  // every MMA reading this slot is done before the barrier hands it to the copies
-    slot_out = slot_out == S - 1 ? 0 : slot_out + 1;
+    wg::commit();
+    wg::wait<1>();  // the previous batch is done: its registers (and its x) are free
+  };
+
+  if constexpr (L::kSplit) {
+    // Copy group v = batch v's x (+ stage v / 2's weights when v is even), issued D batches ahead;
+    // a batch's barrier both publishes its group and, with every warpgroup past its wait<1>, frees
+    // the slots the next copy overwrites (split_depth). So a stage's second batch multiplies while
+    // the next stage's first one decodes, and x waits in up to D slots.
+    constexpr int XS = L::kRing.x_slots, WS = L::kRing.w_slots, D = L::kRing.depth;
+    unsigned char* const xring = smem;
+    unsigned char* const wring = smem + XS * L::kHalfXBytes;
+    const int n_batches = 2 * n_stages;
+    auto issue = [&](int v) {
+      if (v < n_batches) {
+        if ((v & 1) == 0) wr.copy(wring + ((v >> 1) % WS) * L::kWSlotBytes + warp * Ring::kSlotBytes, v >> 1, lane);
+        unsigned char* xs = xring + (v % XS) * L::kHalfXBytes;
+        const int64_t xo = static_cast<int64_t>(v) * kSlotElems;
+#pragma unroll
+        for (int u = 0; u < kXCopies; ++u) cp_async16(xs + xdst[u], xsrc[u] + xo);
+      }
+      cp_async_commit();  // empty groups keep wait_group's count uniform
+    };
+#pragma unroll
+    for (int v = 0; v < D; ++v) issue(v);
+    for (int i = 0; i < n_stages; ++i) {
+      const unsigned char* buf = wring + (i % WS) * L::kWSlotBytes + warp * Ring::kSlotBytes;
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int v = 2 * i + h;
+        cp_async_wait<D - 1>();
+        wg::fence_proxy_async();
+        __syncthreads();
+        issue(v + D);
+        batch(buf, h * U, wg::smem_desc_sw128(xring + (v % XS) * L::kHalfXBytes), 0);
+      }
+    }
+  } else {
+    constexpr int S = L::kStages;
+    int slot_in = 0;
+    auto issue = [&](int i) {
+      if (i < n_stages) {
+        unsigned char* st = smem + static_cast<size_t>(slot_in) * L::kStageBytes;
+        wr.copy(st + L::kXBytes + warp * Ring::kSlotBytes, i, lane);
+        const int64_t xo = static_cast<int64_t>(i) * Ring::kStageElems;
+#pragma unroll
+        for (int u = 0; u < kXCopies; ++u) cp_async16(st + xdst[u], xsrc[u] + xo);
+      }
+      slot_in = slot_in == S - 1 ? 0 : slot_in + 1;
+      cp_async_commit();
+    };
+#pragma unroll
+    for (int s = 0; s < S - 1; ++s) issue(s);
+    int slot_out = 0;
+    for (int i = 0; i < n_stages; ++i) {
+      cp_async_wait<S - 2>();
+      wg::fence_proxy_async();
+      __syncthreads();  // stage i visible to every warp and to the tensor cores; stage i - 1's slot free
+      issue(i + S - 1);
+      const unsigned char* st = smem + static_cast<size_t>(slot_out) * L::kStageBytes;
+      const uint64_t desc0 = wg::smem_desc_sw128(st);
+#pragma unroll
+      for (int jb = 0; jb < kSubsPerStage; jb += U) batch(st + L::kXBytes + warp * Ring::kSlotBytes, jb, desc0, jb);
+      // Every MMA reading this slot is done before the next barrier hands it to the copies: ptxas
+      // cannot keep a stage's last batch in flight across the loop here (warning C7513, wgmmas
+      // serialised) under two CTAs' 128-register cap, nor with mlx4 g128's four batches a stage.
+      wg::wait<0>();
+      slot_out = slot_out == S - 1 ? 0 : slot_out + 1;
+    }
   }
+  wg::wait<0>();
   cp_async_wait<0>();
   wg::fence_operands(acc);
 
   // acc[4 t + q]: weight row g (+8 for q >= 2) of this warp, activation row col0 + 8 t + 2c + (q & 1).
+  // The epilogue runs once per warp with its code cold in the instruction cache (v20 ncu, 128 rows:
+  // 2.4 of 9.7 stall cycles an instruction waited on instruction fetch; the per-value store_acc
+  // unrolled to ~6k instructions), so it is kept short: the two weight rows' column offsets once,
+  // each activation row's (batch, row) stepped from the previous one instead of divided.
+  const int n_lo = row0 + g, n_hi = n_lo + 8;
+  const bool ok_lo = n_lo < p.N, ok_hi = n_hi < p.N;
   if (wa.splits == 1) {
+    const int64_t co_lo = static_cast<int64_t>(n_lo / p.y_head_dim) * p.y_head_stride + n_lo % p.y_head_dim;
+    const int64_t co_hi = static_cast<int64_t>(n_hi / p.y_head_dim) * p.y_head_stride + n_hi % p.y_head_dim;
+    T* y = static_cast<T*>(a.y);
+    int r = col0 + 2 * c, b = r / p.M, m = r - b * p.M;
 #pragma unroll
-    for (int t = 0; t < BM / 8; ++t)
+    for (int t = 0; t < BM / 8; ++t) {
 #pragma unroll
-      for (int q = 0; q < 4; ++q) store_acc<T>(p, a.y, a.rows, row0, col0, g, c, t, q, acc[4 * t + q]);
-  } else {
-    float* ws = wa.ws + static_cast<int64_t>(blockIdx.z) * a.rows * p.N;
-#pragma unroll
-    for (int t = 0; t < BM / 8; ++t)
-#pragma unroll
-      for (int q = 0; q < 4; ++q) {
-        const int n = row0 + g + (q >= 2 ? 8 : 0), r = col0 + t * 8 + 2 * c + (q & 1);
-        if (n < p.N && r < a.rows) ws[static_cast<int64_t>(r) * p.N + n] = acc[4 * t + q];
+      for (int h = 0; h < 2; ++h) {
+        int bh = b, mh = m + h;
+        if (mh >= p.M) mh -= p.M, ++bh;  // m < M, so one step at most
+        if (r + h < a.rows) {
+          const int64_t ro = static_cast<int64_t>(bh) * p.y_batch_stride + static_cast<int64_t>(mh) * p.y_row_stride;
+          if (ok_lo) y[ro + co_lo] = from_float<T>(acc[4 * t + h]);
+          if (ok_hi) y[ro + co_hi] = from_float<T>(acc[4 * t + 2 + h]);
+        }
       }
+      r += 8, m += 8;
+      while (m >= p.M) m -= p.M, ++b;
+    }
+  } else {
+    float* ws = wa.ws + static_cast<int64_t>(blockIdx.z) * a.rows * p.N + static_cast<int64_t>(col0 + 2 * c) * p.N;
+    const int r0 = col0 + 2 * c;
+#pragma unroll
+    for (int t = 0; t < BM / 8; ++t) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        if (r0 + 8 * t + h < a.rows) {
+          float* wr = ws + static_cast<int64_t>(8 * t + h) * p.N;
+          if (ok_lo) wr[n_lo] = acc[4 * t + h];
+          if (ok_hi) wr[n_hi] = acc[4 * t + 2 + h];
+        }
+      }
+    }
   }
 #endif
 }

@@ -75,20 +75,26 @@ QMMA_MID_MAX_ROWS_WITH_WGMMA = 40
 QMMA_MID_FORMAT_MAX_ROWS: dict[str, int] = {"q8_0": 32}
 QMMA_MID_MIN_N = 8192
 # Path "auto" takes the Hopper wgmma kernel (csrc/cuda/qmma_wgmma.cu, op uqr::_wgmma_cuda) on an
-# sm_90 GPU for (first, last) activation rows and N >= min N, per format, where neither small-M
-# kernel took the call first (qmma_auto). v17 (results/h200_v17_sweep_rows_*.json), wgmma vs the
-# mid-M kernel vs the scratch path, 32-256 rows: on 14336 x 4096 the mid-M kernel leads at 32 rows
-# for every format (q4_0 34.4 vs 39.5 us) and wgmma at 64 and 128 for every format (q4_0 40.1 /
-# 57.6 vs 56.0 / 79.0; exl3 58.1 / 75.4 vs 89.6 / 84.7); from 256 rows the scratch path leads
-# (q4_0 87.0 vs 109.3). On 4096 x 4096 and 4096 x 14336 (q4_0, exl3) wgmma leads from 32 rows
-# (4096 x 14336 q4_0: 34.3 vs the scratch path's 77.8) to 128 (exl3 on 4096 x 4096: 27.0 vs 26.7,
-# a tie), and loses at 256 there too except q4_0 on 4096 x 14336. q8_0 (v17: 57.4 us at 32 rows
-# against the mid-M kernel's 47.2, 60.2 at 64 against 77.6) starts at 33 rows; v19's benchmark
-# (results/h200_v19.log) has it ahead at 128 rows on every shape (4096 x 14336: 67.8 vs the
-# scratch path's 92.0; 4096 x 4096: 28.1 vs 29.4). The last entry is the least N (none here).
-WGMMA_ROWS: dict[str, tuple[int, int, int]] = {
-    **{f: (17, 128, 0) for f in ("q4_0", "q4_1", "q4_k", "mlx4", "var_affine", "exl3", "ternary")},
-    "q8_0": (33, 128, 0),
+# sm_90 GPU for the (first, last, least N) row ranges of its format, where neither small-M kernel
+# took the call first (qmma_auto). v21 (results/h200_v21_sweep_*.json; the kernel with split rings),
+# wgmma vs the mid-M kernel vs the scratch path, in us:
+# - 14336 x 4096: the mid-M kernel leads at 32 rows for every format (q4_0 33.2 vs 39.6; q8_0 45.9
+#   vs 51.8) and wgmma from 48 (q4_0 36.5 vs 57.8; q8_0 52.2 vs 78.5) to 128 (q4_0 43.4 vs scratch
+#   79.1, exl3 59.0 vs 83.4); at 256 rows wgmma leads for q4_0 / q4_1 / q4_k / mlx4 / ternary (q4_0
+#   81.9 vs 86.7) and scratch for q8_0 / var_affine / exl3 (exl3 111.5 vs 92.0); at 512 scratch for
+#   all (q4_0 128.0 vs 158.8).
+# - 4096 x 14336 (q4_0, exl3, var_affine): wgmma from 32 rows to 128 (q4_0 45.3 vs 83.1); at 256
+#   q4_0's wgmma leads (80.4 vs 91.0), exl3's and var_affine's scratch (97.3 vs 109.5).
+# - 4096 x 4096: wgmma to 128 rows (q4_0 22.0 vs 25.4; exl3 24.9 vs 26.9), scratch from 256 (q4_0
+#   27.1 vs 34.2).
+# So every format from 17 rows (q8_0 from 33: the mid-M kernel keeps 17-32) to 128, and the five
+# cheapest-to-decode formats on to 256 where N >= 8192 (the one shape measured there at 129-255 rows
+# is in between: 128 and 256).
+WgmmaRange = tuple[int, int, int]
+WGMMA_ROWS: dict[str, tuple[WgmmaRange, ...]] = {
+    **{f: ((17, 128, 0), (129, 256, 8192)) for f in ("q4_0", "q4_1", "q4_k", "mlx4", "ternary")},
+    **{f: ((17, 128, 0),) for f in ("var_affine", "exl3")},
+    "q8_0": ((33, 128, 0),),
 }
 # Up to this many activation rows, path "auto" uses the CUDA-core row kernel (gemv.py).
 GEMV_AUTO_MAX_M = 1

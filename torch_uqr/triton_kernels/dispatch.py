@@ -128,10 +128,12 @@ def wgmma_fits(x: torch.Tensor, w: torch.Tensor, fmt: str, K: int, group_size: i
 
 def wgmma_auto(x: torch.Tensor, w: torch.Tensor, fmt: str, N: int, K: int, group_size: int, in_heads: bool,
                rows: int) -> bool:
-    """Whether path ``auto`` takes the Hopper wgmma kernel: rows and N in the measured range of
-    configs.WGMMA_ROWS for this format, and a call it can take (wgmma_fits)."""
-    lo, hi, min_n = configs.WGMMA_ROWS.get(fmt, (0, -1, 0))
-    return lo <= rows <= hi and N >= min_n and wgmma_fits(x, w, fmt, K, group_size, in_heads, rows)
+    """Whether path ``auto`` takes the Hopper wgmma kernel: rows and N in one of the measured ranges
+    of configs.WGMMA_ROWS for this format, and a call it can take (wgmma_fits)."""
+    ranges = configs.WGMMA_ROWS.get(fmt, ())
+    if not any(lo <= rows <= hi and N >= min_n for lo, hi, min_n in ranges):
+        return False
+    return wgmma_fits(x, w, fmt, K, group_size, in_heads, rows)
 
 
 def scratch_auto(fmt: str, rows: int, x_dtype: torch.dtype, bmm_per_batch: bool = False) -> bool:
