@@ -204,9 +204,15 @@ __global__ void __launch_bounds__(kWgWarps * 32, CTAS) qmma_wgmma_kernel(const W
   const int piece = tid % kRowPieces, prow = tid / kRowPieces;
   const T* xsrc[kXCopies];
   uint32_t xdst[kXCopies];
+  // Rows of the tile past the last activation row are zero-filled, not read: v22 measured 192 rows
+  // (a half-empty second tile) slower than 256 (q4_0 95.2 vs 81.9 us) when those rows all re-read
+  // the last row, one address for 64 rows' copies.
+  uint32_t xvalid = 0;
+  static_assert(kXCopies <= 32, "one bit a copy");
 #pragma unroll
   for (int u = 0; u < kXCopies; ++u) {
     const int r = prow + u * kRowStep;
+    xvalid |= static_cast<uint32_t>(col0 + r < a.rows) << u;
     xsrc[u] = static_cast<const T*>(a.x) + static_cast<int64_t>(min(col0 + r, a.rows - 1)) * p.K +
               static_cast<int64_t>(st0) * Ring::kStageElems + 8 * piece;
     const int chunk = piece / 8, j = piece % 8;
@@ -253,7 +259,7 @@ __global__ void __launch_bounds__(kWgWarps * 32, CTAS) qmma_wgmma_kernel(const W
         unsigned char* xs = xring + (v % XS) * L::kHalfXBytes;
         const int64_t xo = static_cast<int64_t>(v) * kSlotElems;
 #pragma unroll
-        for (int u = 0; u < kXCopies; ++u) cp_async16(xs + xdst[u], xsrc[u] + xo);
+        for (int u = 0; u < kXCopies; ++u) cp_async16_zfill(xs + xdst[u], xsrc[u] + xo, (xvalid >> u) & 1u);
       }
       cp_async_commit();  // empty groups keep wait_group's count uniform
     };
@@ -280,7 +286,7 @@ __global__ void __launch_bounds__(kWgWarps * 32, CTAS) qmma_wgmma_kernel(const W
         wr.copy(st + L::kXBytes + warp * Ring::kSlotBytes, i, lane);
         const int64_t xo = static_cast<int64_t>(i) * Ring::kStageElems;
 #pragma unroll
-        for (int u = 0; u < kXCopies; ++u) cp_async16(st + xdst[u], xsrc[u] + xo);
+        for (int u = 0; u < kXCopies; ++u) cp_async16_zfill(st + xdst[u], xsrc[u] + xo, (xvalid >> u) & 1u);
       }
       slot_in = slot_in == S - 1 ? 0 : slot_in + 1;
       cp_async_commit();
@@ -380,14 +386,19 @@ inline int env_int(const char* name) {
 }
 
 template <class F>
-WgConfig pick_config(int rows) {
+WgConfig pick_config(int rows, int N) {
   static const int forced_bm = env_int("UQR_WGMMA_BM"), forced_ctas = env_int("UQR_WGMMA_CTAS");
-  // Two CTAs an SM up to 64 rows where their stages fit half the shared memory (v18: q4_0 37.3 vs
-  // 39.5 us at 64 rows on 14336 x 4096, exl3 53.8 vs 57.7, 4096 x 14336 q4_0 31.6 vs 34.8); above
-  // 64 rows one CTA with 128-row tiles (v18, 128 rows: exl3 75.0 vs 90.4 at two CTAs of 64).
+  // Above 64 rows one CTA with 128-row tiles (v18, 128 rows: exl3 75.0 vs 90.4 us at two CTAs of
+  // 64). Up to 64 rows, 64-row tiles, and two CTAs an SM (whole stages, registers capped at 128)
+  // only where the grid splits K (fewer than half an SM's worth of 128-row tiles: N = 4096): v22,
+  // one CTA (split rings) against two at 32-64 rows, us: 14336 x 4096 q4_0 35.9-31.5 vs 37.6-36.3,
+  // exl3 48.6-47.3 vs 49.8-51.4; 4096 x 14336 q4_0 32.9-33.0 vs 31.6-30.6, exl3 44.7-46.0 vs
+  // 42.5-43.1.
   WgConfig c{rows > 64 && wg_fits<F, 128>() ? 128 : 64, 1};
   if (forced_bm == 64 || (forced_bm == 128 && wg_fits<F, 128>())) c.bm = forced_bm;
-  if (c.bm == 64 && wg_fits<F, 64, 2>() && (forced_ctas == 2 || (forced_ctas == 0 && rows <= 64))) c.ctas = 2;
+  const bool splits_k = 2 * ((N + kWgWarps * kWarpRows - 1) / (kWgWarps * kWarpRows)) <= sm_count();
+  if (c.bm == 64 && wg_fits<F, 64, 2>() && (forced_ctas == 2 || (forced_ctas == 0 && rows <= 64 && splits_k)))
+    c.ctas = 2;
   return c;
 }
 
@@ -444,14 +455,14 @@ cudaError_t run_wgmma(WgArgs wa, T* xp, cudaStream_t stream) {
   if (const cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
   // The kernel reads the permuted copy: contiguous rows of K, no heads, batch folded into rows.
   a.x = xp;
-  const WgConfig c = pick_config<F>(a.rows);
+  const WgConfig c = pick_config<F>(a.rows, a.p.N);
   if (c.bm == 128) return launch_wgmma<F, T, 128, 1>(wa, stream);
   return c.ctas == 2 ? launch_wgmma<F, T, 64, 2>(wa, stream) : launch_wgmma<F, T, 64, 1>(wa, stream);
 }
 
 template <class F>
 int splits_for(const uqr_gemm_params& p, int rows) {
-  const WgConfig c = pick_config<F>(rows);
+  const WgConfig c = pick_config<F>(rows, p.N);
   const int tiles = (p.N + kWgWarps * kWarpRows - 1) / (kWgWarps * kWarpRows) * ((rows + c.bm - 1) / c.bm);
   return pick_splits(tiles, p.K / RowRing<F>::kStageElems, c.ctas);
 }
