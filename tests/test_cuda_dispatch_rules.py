@@ -69,7 +69,7 @@ def test_scratch_decoder_choice(monkeypatch) -> None:
 
 
 def test_wgmma_auto_rows_device_and_fit(monkeypatch) -> None:
-    """auto takes the Hopper kernel only inside the format's measured row and N range, on an sm_90
+    """auto takes the Hopper kernel only inside the format's measured row, N and K ranges, on an sm_90
     device, and for calls the kernel accepts (16-byte-aligned x, K a multiple of 64 and of the
     stage); with it present the mid-M kernel keeps fewer rows."""
     K = 512
@@ -77,7 +77,8 @@ def test_wgmma_auto_rows_device_and_fit(monkeypatch) -> None:
     x = torch.randn(40, K, dtype=torch.bfloat16)
     assert not dispatch.wgmma_auto(x, w, "q4_0", 4096, K, 0, False, 40), "CPU tensors never take it"
     monkeypatch.setattr(dispatch, "wgmma_available", lambda index: True)
-    monkeypatch.setattr(configs, "WGMMA_ROWS", {"q4_0": ((17, 64, 0), (100, 200, 8192)), "q8_0": ((33, 64, 8192),)})
+    monkeypatch.setattr(configs, "WGMMA_ROWS", {"q4_0": ((17, 64, 0, 0), (100, 200, 8192, 1024)),
+                                                "q8_0": ((33, 64, 8192, 0),)})
     fake = torch.device("cuda", 0)
 
     class OnCuda:  # the device check reads x.device; everything else reads the real CPU tensor
@@ -91,15 +92,23 @@ def test_wgmma_auto_rows_device_and_fit(monkeypatch) -> None:
     assert dispatch.wgmma_auto(OnCuda(x), w, "q4_0", 4096, K, 0, False, 40)
     assert not dispatch.wgmma_auto(OnCuda(x), w, "q4_0", 4096, K, 0, False, 65), "above the range"
     assert not dispatch.wgmma_auto(OnCuda(x[:16]), w, "q4_0", 4096, K, 0, False, 16), "below the range"
-    xl = torch.randn(150, K, dtype=torch.bfloat16)
-    assert dispatch.wgmma_auto(OnCuda(xl), w, "q4_0", 8192, K, 0, False, 150), "second range, N large enough"
-    assert not dispatch.wgmma_auto(OnCuda(xl), w, "q4_0", 4096, K, 0, False, 150), "second range, N too small"
+    K2 = 1024
+    w2 = random_packed("q4_0", 32, K2, 0, seed=8)
+    xl = torch.randn(150, K2, dtype=torch.bfloat16)
+    assert dispatch.wgmma_auto(OnCuda(xl), w2, "q4_0", 8192, K2, 0, False, 150), "second range, N and K large enough"
+    assert not dispatch.wgmma_auto(OnCuda(xl), w2, "q4_0", 4096, K2, 0, False, 150), "second range, N too small"
+    xs = torch.randn(150, K, dtype=torch.bfloat16)
+    assert dispatch.wgmma_fits(OnCuda(xs), w, "q4_0", K, 0, False, 150), "fits: only the range decides below"
+    assert not dispatch.wgmma_auto(OnCuda(xs), w, "q4_0", 8192, K, 0, False, 150), "second range, K too small"
     assert not dispatch.wgmma_auto(OnCuda(x), w, "q4_k", 4096, K, 0, False, 40), "format without a range"
     w8 = random_packed("q8_0", 32, K, 0, seed=7)
     assert dispatch.wgmma_auto(OnCuda(x), w8, "q8_0", 8192, K, 0, False, 40)
     assert not dispatch.wgmma_auto(OnCuda(x), w8, "q8_0", 4096, K, 0, False, 40), "N below the format's minimum"
     x8 = torch.randn(40 * K + 4, dtype=torch.bfloat16)[4:].view(40, K)
     assert not dispatch.wgmma_auto(OnCuda(x8), w, "q4_0", 4096, K, 0, False, 40), "x not 16-byte aligned"
-    cap = configs.QMMA_MID_MAX_ROWS_WITH_WGMMA
-    assert dispatch.qmma_auto("q4_0", cap, 14336, True) and not dispatch.qmma_auto("q4_0", cap + 1, 14336, True)
-    assert dispatch.qmma_auto("q4_0", cap + 1, 14336, False), "without the Hopper kernel the mid-M range stays"
+    monkeypatch.setattr(configs, "QMMA_MID_MAX_ROWS_WITH_WGMMA", 24)
+    monkeypatch.setattr(configs, "QMMA_MID_FORMAT_MAX_ROWS_WITH_WGMMA", {"q8_0": 20})
+    assert dispatch.qmma_auto("q4_0", 24, 14336, True) and not dispatch.qmma_auto("q4_0", 25, 14336, True)
+    assert dispatch.qmma_auto("q4_0", 25, 14336, False), "without the Hopper kernel the mid-M range stays"
+    assert dispatch.qmma_auto("q8_0", 20, 14336, True) and not dispatch.qmma_auto("q8_0", 21, 14336, True), \
+        "a format's own cap"

@@ -69,32 +69,33 @@ QMMA_FORMAT_MAX_ROWS: dict[str, int] = {}
 # both at every row count, and from 128 rows on the scratch path is as fast or faster. q8_0 only to
 # 32 rows (48 rows: 78 us vs fused 66).
 QMMA_MID_MAX_ROWS = 64
-# Where the Hopper wgmma kernel runs (an sm_90 GPU), the mid-M kernel keeps only 17..40 rows
-# (v17: it leads at 32 rows, wgmma at 64; the crossover, interpolated, is near 40).
-QMMA_MID_MAX_ROWS_WITH_WGMMA = 40
+# Where the Hopper wgmma kernel runs (an sm_90 GPU), the mid-M kernel keeps no rows (16 = the
+# small-M kernel's last) except q8_0's 17-32: v24 (results/h200_v24_mid_rows.json, 14336 x 4096,
+# 17 / 24 / 32 / 40 rows, us) has wgmma ahead for every other format (q4_0 31.9-32.4 vs 34.0-64.4,
+# exl3 48.2-48.5 vs 51.1-93.6) and the mid-M kernel ahead for q8_0 to 32 rows (45.9-49.6 vs 52.6-52.7).
+QMMA_MID_MAX_ROWS_WITH_WGMMA = 16
+QMMA_MID_FORMAT_MAX_ROWS_WITH_WGMMA: dict[str, int] = {"q8_0": 32}
 QMMA_MID_FORMAT_MAX_ROWS: dict[str, int] = {"q8_0": 32}
 QMMA_MID_MIN_N = 8192
 # Path "auto" takes the Hopper wgmma kernel (csrc/cuda/qmma_wgmma.cu, op uqr::_wgmma_cuda) on an
-# sm_90 GPU for the (first, last, least N) row ranges of its format, where neither small-M kernel
-# took the call first (qmma_auto). v21 (results/h200_v21_sweep_*.json; the kernel with split rings),
-# wgmma vs the mid-M kernel vs the scratch path, in us:
-# - 14336 x 4096: the mid-M kernel leads at 32 rows for every format (q4_0 33.2 vs 39.6; q8_0 45.9
-#   vs 51.8) and wgmma from 48 (q4_0 36.5 vs 57.8; q8_0 52.2 vs 78.5) to 128 (q4_0 43.4 vs scratch
-#   79.1, exl3 59.0 vs 83.4); at 256 rows wgmma leads for q4_0 / q4_1 / q4_k / mlx4 / ternary (q4_0
-#   81.9 vs 86.7) and scratch for q8_0 / var_affine / exl3 (exl3 111.5 vs 92.0); at 512 scratch for
-#   all (q4_0 128.0 vs 158.8).
-# - 4096 x 14336 (q4_0, exl3, var_affine): wgmma from 32 rows to 128 (q4_0 45.3 vs 83.1); at 256
-#   q4_0's wgmma leads (80.4 vs 91.0), exl3's and var_affine's scratch (97.3 vs 109.5).
-# - 4096 x 4096: wgmma to 128 rows (q4_0 22.0 vs 25.4; exl3 24.9 vs 26.9), scratch from 256 (q4_0
-#   27.1 vs 34.2).
-# So every format from 17 rows (q8_0 from 33: the mid-M kernel keeps 17-32) to 128, and the five
-# cheapest-to-decode formats on to 256 where N >= 8192 (the one shape measured there at 129-255 rows
-# is in between: 128 and 256).
-WgmmaRange = tuple[int, int, int]
+# sm_90 GPU for the (first, last, least N, least K) row ranges of its format, where neither small-M
+# kernel took the call first (qmma_auto). Measured wgmma vs scratch (and the mid-M kernel), in us:
+# - 17-128 rows, every format (q8_0 from 33; configs above): v21-v24 (results/h200_v2[1-4]*). 14336 x
+#   4096 at 128 rows: q4_0 43.4 vs scratch 79.1, exl3 59.0 vs 83.4; 4096 x 14336 q4_0 45.3 vs 83.1;
+#   4096 x 4096 q4_0 22.0 vs 25.4, exl3 24.9 vs 26.9 (v21); 32 / 64 / 96 rows q4_0 30.7 / 31.3 / 45.9
+#   vs 76.3 / 78.6 / 78.3 (v23).
+# - 129-256 rows: v23 (results/h200_v23_rows.json), 160 / 192 / 256 rows. With K = 14336 (4096 x
+#   14336) wgmma leads for q4_0, mlx4 and ternary (q4_0 79.6 / 82.0 / 82.4 vs 84.6 / 89.8 / 91.2),
+#   not for var_affine and exl3 (exl3 105.1-108.5 vs 89.4-96.4). With K = 4096 scratch leads at 160
+#   and 192 on 14336 x 4096 (q4_0 85.3 / 85.6 vs 80.4 / 80.9; at 256 84.4 vs 87.0) and at 256 on
+#   4096 x 4096 (q4_0 34.2 vs 27.1, v21). q4_1 and q4_k decode like q4_0 / mlx4 and were not timed
+#   there; they take the range too.
+# - from 257 rows scratch (512 rows, v21: q4_0 158.8 vs 128.0).
+WgmmaRange = tuple[int, int, int, int]
 WGMMA_ROWS: dict[str, tuple[WgmmaRange, ...]] = {
-    **{f: ((17, 128, 0), (129, 256, 8192)) for f in ("q4_0", "q4_1", "q4_k", "mlx4", "ternary")},
-    **{f: ((17, 128, 0),) for f in ("var_affine", "exl3")},
-    "q8_0": ((33, 128, 0),),
+    **{f: ((17, 128, 0, 0), (129, 256, 0, 8192)) for f in ("q4_0", "q4_1", "q4_k", "mlx4", "ternary")},
+    **{f: ((17, 128, 0, 0),) for f in ("var_affine", "exl3")},
+    "q8_0": ((33, 128, 0, 0),),
 }
 # Up to this many activation rows, path "auto" uses the CUDA-core row kernel (gemv.py).
 GEMV_AUTO_MAX_M = 1

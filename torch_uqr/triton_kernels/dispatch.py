@@ -7,7 +7,7 @@
     path "auto" -> the CUDA C++ tensor-core kernels (op uqr::_qmma_cuda) for bf16/fp16 x, the
                    formats they handle and aligned shapes (qmma_fits): csrc/cuda/qmma_small_m.cu
                    up to configs.QMMA_MAX_ROWS rows, qmma_mid_m.cu for 17..QMMA_MID_MAX_ROWS
-                   rows (..QMMA_MID_MAX_ROWS_WITH_WGMMA on an sm_90 GPU) when N >= QMMA_MID_MIN_N
+                   rows (..QMMA_MID_MAX_ROWS_WITH_WGMMA on an sm_90 GPU: none but q8_0's) when N >= QMMA_MID_MIN_N
                    (qmma_auto); then, on an sm_90 GPU, the Hopper wgmma kernel
                    csrc/cuda/qmma_wgmma.cu (op uqr::_wgmma_cuda) for the rows of
                    configs.WGMMA_ROWS (wgmma_auto); else vec for ternary at tiny M; gemv.py (CUDA
@@ -99,12 +99,13 @@ def qmma_auto(fmt: str, rows: int, N: int, wgmma: bool = False) -> bool:
     """Whether path ``auto`` prefers the tensor-core kernels for this many rows and weight rows N
     (limits measured on the H200, configs.py): the small-M kernel up to QMMA_MAX_ROWS rows, the
     mid-M kernel above that up to QMMA_MID_MAX_ROWS when N fills the GPU with its 128-row CTAs
-    (QMMA_MID_MAX_ROWS_WITH_WGMMA when ``wgmma``: the Hopper kernel is there to take over)."""
+    (QMMA_MID_MAX_ROWS_WITH_WGMMA, or its per-format entry, when ``wgmma``: the Hopper kernel is
+    there to take over)."""
     if rows <= configs.QMMA_FORMAT_MAX_ROWS.get(fmt, configs.QMMA_MAX_ROWS):
         return True
     top = configs.QMMA_MID_FORMAT_MAX_ROWS.get(fmt, configs.QMMA_MID_MAX_ROWS)
     if wgmma:
-        top = min(top, configs.QMMA_MID_MAX_ROWS_WITH_WGMMA)
+        top = min(top, configs.QMMA_MID_FORMAT_MAX_ROWS_WITH_WGMMA.get(fmt, configs.QMMA_MID_MAX_ROWS_WITH_WGMMA))
     return rows <= top and N >= configs.QMMA_MID_MIN_N
 
 
@@ -128,10 +129,10 @@ def wgmma_fits(x: torch.Tensor, w: torch.Tensor, fmt: str, K: int, group_size: i
 
 def wgmma_auto(x: torch.Tensor, w: torch.Tensor, fmt: str, N: int, K: int, group_size: int, in_heads: bool,
                rows: int) -> bool:
-    """Whether path ``auto`` takes the Hopper wgmma kernel: rows and N in one of the measured ranges
-    of configs.WGMMA_ROWS for this format, and a call it can take (wgmma_fits)."""
+    """Whether path ``auto`` takes the Hopper wgmma kernel: rows, N and K in one of the measured
+    ranges of configs.WGMMA_ROWS for this format, and a call it can take (wgmma_fits)."""
     ranges = configs.WGMMA_ROWS.get(fmt, ())
-    if not any(lo <= rows <= hi and N >= min_n for lo, hi, min_n in ranges):
+    if not any(lo <= rows <= hi and N >= min_n and K >= min_k for lo, hi, min_n, min_k in ranges):
         return False
     return wgmma_fits(x, w, fmt, K, group_size, in_heads, rows)
 
