@@ -3,12 +3,13 @@
 // as in the mid-M kernel) and the activations are the B operand, read by the tensor cores from
 // shared memory. The MMA is asynchronous, so a warp decodes the next batch of sub-blocks while the
 // previous batch multiplies: what the mid-M mma.sync kernel could not overlap (bench/NOTES.md v11:
-// ~9 issued instructions per MMA at 25 % occupancy). What limits it now is the decode's own
-// instruction latency (v17 ncu: 2 warps per scheduler, one issue every 8.6 cycles each).
+// ~9 issued instructions per MMA at 25 % occupancy). What limits it now (v21 ncu, 128 rows): 2 warps
+// per scheduler stalled mostly on the per-batch barrier and on the decode's dependent instructions.
 //
 // CTA = two warpgroups = 128 weight rows (each warp its 16 rows, as the weight ring of the mid-M
 // kernel) x BM activation rows (wgmma's N). K is walked in the formats' 256/512-element stages,
-// 2-4 of them in flight (cp.async, one barrier a stage).
+// copied with cp.async: at one CTA an SM in split rings (x a half stage a slot, several batches
+// ahead), otherwise in whole stages (WgLayout).
 //
 // x goes through a small pre-pass (permute_x_kernel): the codes of qmma_traits.cuh sit in the A
 // fragment in a permuted k order (a lane's pair (v, v+2) at k positions (2c, 2c+1)); mma.sync
@@ -162,9 +163,8 @@ struct WgArgs {
 };
 
 // CTAS = CTAs meant to share an SM: 2 caps registers at 128 a thread (smaller batches, U = 2) and
-// shared memory at half, so 16 warps hide each other's decode latency instead of 8 (v17 ncu: at
-// one CTA an SM each warp issued once every 8.6 cycles, 0.31 eligible warps a scheduler). v18
-// measured 5-10 % from it at up to 64 rows, not the 2x that latency alone would give.
+// shared memory at half, so 16 warps hide each other's latency instead of 8. Since the split rings
+// (v21) it only pays where the grid splits K (pick_config, v22).
 template <class F, typename T, int BM, int CTAS>
 __global__ void __launch_bounds__(kWgWarps * 32, CTAS) qmma_wgmma_kernel(const WgArgs wa) {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
