@@ -39,3 +39,21 @@ def check_close(y: torch.Tensor, ref: torch.Tensor, tol: float, what: str, worst
     if worst_factor is not None:
         worst = float(((y.double() - ref).abs() / ref.abs().max()).max())
         assert worst < worst_factor * tol, f"{what}: worst element err {worst:.2e}"
+
+
+def check_layouts(op, fmt: str, N: int, cases: tuple, K: int = 2048) -> None:
+    """Batched x, head-strided x and direct-head y through ``op`` (a uqr::gemm-like op taking
+    (x, w, fmt, N, K, group_size, out_heads, in_heads)) against float64, for (batch, M) cases."""
+    from torch_uqr.triton_kernels.testing import random_packed, reference_dequantize
+    g = 64 if fmt == "mlx4" else 0
+    H_in, H_out = 8, 4  # x heads of 256: whole stages
+    w = random_packed(fmt, N, K, g, seed=fresh_seed(), device="cuda")
+    wref = reference_dequantize(w, fmt, N, K, g)
+    for batch, M in cases:
+        x = torch.randn(batch, H_in, M, K // H_in, device="cuda", dtype=torch.bfloat16)
+        flat = x.transpose(1, 2).reshape(batch, M, K).double() @ wref.t()
+        heads = flat.reshape(batch, M, H_out, N // H_out).transpose(1, 2)
+        check_half(op(x, w, fmt, N, K, g, H_out, True), heads, torch.bfloat16, f"{fmt} heads b={batch} M={M}")
+        xp = x.transpose(1, 2).reshape(batch, M, K).contiguous()
+        check_half(op(xp, w, fmt, N, K, g, 0, False), flat, torch.bfloat16, f"{fmt} batch b={batch} M={M}")
+        check_half(op(xp, w, fmt, N, K, g, H_out, False), heads, torch.bfloat16, f"{fmt} y heads b={batch} M={M}")

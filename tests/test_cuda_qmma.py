@@ -13,15 +13,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from cuda_test_helpers import HALF_TOL, TC_FORMATS, check_close, fresh_seed
+from cuda_test_helpers import TC_FORMAT_IDS, TC_FORMATS, check_half, check_layouts, fresh_seed
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
-
-FORMATS = TC_FORMATS
-# Codes and products are exact, accumulation fp32: the error is y's rounding (bf16 2^-9, fp16 2^-12)
-# plus fp32 sums of B + q (B = 128 / 1024) that cancel against the offset term. (exl3, and every
-# format in the mid-M kernel, round each weight to x's dtype once: within the same bounds.)
-TOL = HALF_TOL
 
 
 @pytest.fixture(autouse=True)
@@ -33,16 +27,17 @@ def _needs_kernel(monkeypatch):
     monkeypatch.setenv("UQR_POISON", "1")
 
 
-def _check(y: torch.Tensor, ref: torch.Tensor, dtype: torch.dtype, what: str) -> None:
-    assert y.dtype == dtype, (what, y.dtype)
-    check_close(y, ref, TOL[dtype], what, worst_factor=4)
+# Codes and products are exact, accumulation fp32: the error is y's rounding (bf16 2^-9, fp16 2^-12)
+# plus fp32 sums of B + q (B = 128 / 1024) that cancel against the offset term. (exl3, and every
+# format in the mid-M kernel, round each weight to x's dtype once: within the same bounds.)
+_check = check_half
 
 
 def _qmma(x, w, fmt, N, K, g=0, out_heads=0, in_heads=False):
     return torch.ops.uqr._qmma_cuda(x, w, fmt, N, K, g, out_heads, in_heads)
 
 
-@pytest.mark.parametrize("fmt,g", FORMATS, ids=[f"{f}{g or ''}" for f, g in FORMATS])
+@pytest.mark.parametrize("fmt,g", TC_FORMATS, ids=TC_FORMAT_IDS)
 def test_qmma_every_m_and_dtype(fmt: str, g: int) -> None:
     from torch_uqr.triton_kernels.testing import random_packed, reference_dequantize
     # K = 1536: 3 (mlx4 g128: 1.5 -> K 3072) stages of 512 / 6 of 256 over 4 warps (uneven split).
@@ -57,27 +52,10 @@ def test_qmma_every_m_and_dtype(fmt: str, g: int) -> None:
         _check(_qmma(x, w, fmt, N, K, g), x.double() @ wref.t(), torch.bfloat16, f"{fmt} 1-D")
 
 
-def _check_layouts(fmt: str, N: int, cases: tuple) -> None:
-    """Batched x, head-strided x and direct-head y, all through the stride params (no copies)."""
-    from torch_uqr.triton_kernels.testing import random_packed, reference_dequantize
-    g = 64 if fmt == "mlx4" else 0
-    K, H_in, H_out = 2048, 8, 4  # x heads of 256: whole stages
-    w = random_packed(fmt, N, K, g, seed=fresh_seed(), device="cuda")
-    wref = reference_dequantize(w, fmt, N, K, g)
-    for batch, M in cases:
-        x = torch.randn(batch, H_in, M, K // H_in, device="cuda", dtype=torch.bfloat16)
-        flat = x.transpose(1, 2).reshape(batch, M, K).double() @ wref.t()
-        heads = flat.reshape(batch, M, H_out, N // H_out).transpose(1, 2)
-        _check(_qmma(x, w, fmt, N, K, g, H_out, True), heads, torch.bfloat16, f"{fmt} heads b={batch} M={M}")
-        xp = x.transpose(1, 2).reshape(batch, M, K).contiguous()
-        _check(_qmma(xp, w, fmt, N, K, g), flat, torch.bfloat16, f"{fmt} batch b={batch} M={M}")
-        _check(_qmma(xp, w, fmt, N, K, g, H_out), heads, torch.bfloat16, f"{fmt} y heads b={batch} M={M}")
-
-
 @pytest.mark.parametrize("fmt", ["q4_0", "q4_k", "mlx4", "var_affine", "ternary"])
 def test_qmma_layouts(fmt: str) -> None:
     """Small-M rows (batch * M <= 16) in every layout."""
-    _check_layouts(fmt, 256, ((2, 3), (1, 7), (4, 4), (2, 8)))
+    check_layouts(_qmma, fmt, 256, ((2, 3), (1, 7), (4, 4), (2, 8)))
 
 
 def test_qmma_dispatch_and_fallbacks() -> None:
@@ -118,7 +96,7 @@ def test_qmma_dispatch_and_fallbacks() -> None:
 MID_M = (17, 33, 64, 100, 129)
 
 
-@pytest.mark.parametrize("fmt,g", FORMATS, ids=[f"{f}{g or ''}" for f, g in FORMATS])
+@pytest.mark.parametrize("fmt,g", TC_FORMATS, ids=TC_FORMAT_IDS)
 def test_qmma_mid_m(fmt: str, g: int) -> None:
     """More than 16 rows: the mid-M kernel, with 32-row column tiles (N = 200, few CTAs) and 64-row
     tiles (N = 16 * 1061: enough 128-row CTAs to fill an H200), partial tiles on both sides."""
@@ -136,4 +114,4 @@ def test_qmma_mid_m(fmt: str, g: int) -> None:
 @pytest.mark.parametrize("fmt", ["q4_0", "q4_k", "mlx4", "exl3"])
 def test_qmma_mid_m_layouts(fmt: str) -> None:
     """Mid-M rows (33, 40, 140: partial column tiles, batch boundaries inside a tile) in every layout."""
-    _check_layouts(fmt, 264, ((3, 11), (1, 40), (2, 70)))
+    check_layouts(_qmma, fmt, 264, ((3, 11), (1, 40), (2, 70)))

@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from cuda_test_helpers import TC_FORMAT_IDS, TC_FORMATS, check_half, fresh_seed
+from cuda_test_helpers import TC_FORMAT_IDS, TC_FORMATS, check_half, check_layouts, fresh_seed
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0),
                                 reason="needs an sm_90 GPU")
@@ -49,19 +49,7 @@ def test_wgmma_every_format(fmt: str, g: int) -> None:
 @pytest.mark.parametrize("fmt", ["q4_0", "q4_k", "mlx4", "exl3", "ternary"])
 def test_wgmma_layouts(fmt: str) -> None:
     """Batched x, head-strided x (gathered by the pre-pass) and direct-head y."""
-    from torch_uqr.triton_kernels.testing import random_packed, reference_dequantize
-    g = 64 if fmt == "mlx4" else 0
-    N, K, H_in, H_out = 264, 2048, 8, 4
-    w = random_packed(fmt, N, K, g, seed=fresh_seed(), device="cuda")
-    wref = reference_dequantize(w, fmt, N, K, g)
-    for batch, M in ((3, 11), (1, 40), (2, 70)):
-        x = torch.randn(batch, H_in, M, K // H_in, device="cuda", dtype=torch.bfloat16)
-        flat = x.transpose(1, 2).reshape(batch, M, K).double() @ wref.t()
-        heads = flat.reshape(batch, M, H_out, N // H_out).transpose(1, 2)
-        _check(_wgmma(x, w, fmt, N, K, g, H_out, True), heads, torch.bfloat16, f"{fmt} heads b={batch} M={M}")
-        xp = x.transpose(1, 2).reshape(batch, M, K).contiguous()
-        _check(_wgmma(xp, w, fmt, N, K, g), flat, torch.bfloat16, f"{fmt} batch b={batch} M={M}")
-        _check(_wgmma(xp, w, fmt, N, K, g, H_out), heads, torch.bfloat16, f"{fmt} y heads b={batch} M={M}")
+    check_layouts(_wgmma, fmt, 264, ((3, 11), (1, 40), (2, 70)))
 
 
 def test_wgmma_large_m_and_errors() -> None:

@@ -582,9 +582,7 @@ __device__ __forceinline__ void store_acc(const uqr_gemm_params& p, void* y, int
   const int n = n0 + g + (q >= 2 ? 8 : 0);
   const int r = r0 + t * 8 + 2 * c + (q & 1);
   if (n < p.N && r < rows) {
-    // One batch (the common case) needs no division: kernels with many accumulators a thread
-    // spent ~2k instructions on r / M in the epilogue (SASS of the wgmma kernel).
-    const int b = p.batch == 1 ? 0 : r / p.M, m = r - b * p.M;
+    const int b = r / p.M, m = r - b * p.M;
     static_cast<T*>(y)[uqr_y_offset(p, b, m, n)] = from_float<T>(v);
   }
 }

@@ -322,8 +322,7 @@ __global__ void __launch_bounds__(kWgWarps * 32, CTAS) qmma_wgmma_kernel(const W
   const int n_lo = row0 + g, n_hi = n_lo + 8;
   const bool ok_lo = n_lo < p.N, ok_hi = n_hi < p.N;
   if (wa.splits == 1) {
-    const int64_t co_lo = static_cast<int64_t>(n_lo / p.y_head_dim) * p.y_head_stride + n_lo % p.y_head_dim;
-    const int64_t co_hi = static_cast<int64_t>(n_hi / p.y_head_dim) * p.y_head_stride + n_hi % p.y_head_dim;
+    const int64_t co_lo = uqr_y_col_offset(p, n_lo), co_hi = uqr_y_col_offset(p, n_hi);
     T* y = static_cast<T*>(a.y);
     int r = col0 + 2 * c, b = r / p.M, m = r - b * p.M;
 #pragma unroll
@@ -333,7 +332,7 @@ __global__ void __launch_bounds__(kWgWarps * 32, CTAS) qmma_wgmma_kernel(const W
         int bh = b, mh = m + h;
         if (mh >= p.M) mh -= p.M, ++bh;  // m < M, so one step at most
         if (r + h < a.rows) {
-          const int64_t ro = static_cast<int64_t>(bh) * p.y_batch_stride + static_cast<int64_t>(mh) * p.y_row_stride;
+          const int64_t ro = uqr_y_row_offset(p, bh, mh);
           if (ok_lo) y[ro + co_lo] = from_float<T>(acc[4 * t + h]);
           if (ok_hi) y[ro + co_hi] = from_float<T>(acc[4 * t + 2 + h]);
         }

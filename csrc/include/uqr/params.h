@@ -31,6 +31,14 @@ UQR_FN uqr_i64 uqr_x_col_offset(UQR_PARAMS_SPACE const uqr_gemm_params& p, uqr_i
 UQR_FN uqr_i64 uqr_x_offset(UQR_PARAMS_SPACE const uqr_gemm_params& p, uqr_i32 b, uqr_i32 m, uqr_i32 k) {
   return uqr_x_row_offset(p, b, m) + uqr_x_col_offset(p, k);
 }
+// Likewise for y: kernels that store many rows of the same columns (the wgmma kernel's epilogue)
+// divide by y_head_dim once per column.
+UQR_FN uqr_i64 uqr_y_row_offset(UQR_PARAMS_SPACE const uqr_gemm_params& p, uqr_i32 b, uqr_i32 m) {
+  return b * p.y_batch_stride + m * p.y_row_stride;
+}
+UQR_FN uqr_i64 uqr_y_col_offset(UQR_PARAMS_SPACE const uqr_gemm_params& p, uqr_i32 n) {
+  return (n / p.y_head_dim) * p.y_head_stride + n % p.y_head_dim;
+}
 UQR_FN uqr_i64 uqr_y_offset(UQR_PARAMS_SPACE const uqr_gemm_params& p, uqr_i32 b, uqr_i32 m, uqr_i32 n) {
-  return b * p.y_batch_stride + m * p.y_row_stride + (n / p.y_head_dim) * p.y_head_stride + n % p.y_head_dim;
+  return uqr_y_row_offset(p, b, m) + uqr_y_col_offset(p, n);
 }
