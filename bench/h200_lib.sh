@@ -39,3 +39,23 @@ h200_build_and_test_mma() {
   python3 -m pytest -q -n 8 tests/test_cuda_wgmma.py tests/test_cuda_qmma.py 2>&1 | tail -6
   echo "tests took $(( $(date +%s) - t0 )) s"
 }
+
+# ncu of the small-M kernel (qmma_small_m_kernel), q4_0 14336 x 4096 at 1 and 16 rows: speed of
+# light, memory workload (DRAM / L2 / L1 traffic), scheduler, warp states and stall reasons, into
+# $OUT/$1; the summary lines to stdout.
+h200_ncu_small_m() {
+  timeout 150 ncu --clock-control none --kernel-name regex:"qmma_small_m_kernel" --launch-count 2 \
+    --section SpeedOfLight --section MemoryWorkloadAnalysis --section SchedulerStats --section WarpStateStats \
+    --section Occupancy --section LaunchStats \
+    --metrics regex:smsp__average_warps_issue_stalled_.*_per_issue_active\\.ratio,dram__bytes_read.sum,lts__t_sectors_srcunit_tex_op_read.sum,smsp__inst_executed.sum \
+    python3 - > "$OUT/$1" 2>&1 <<'PY'
+import torch
+from torch_uqr.triton_kernels.testing import random_packed
+w = random_packed("q4_0", 14336, 4096, 0, seed=1, device="cuda")
+for M in (1, 16):
+    torch.ops.uqr._qmma_cuda(torch.randn(M, 4096, device="cuda", dtype=torch.bfloat16), w, "q4_0", 14336, 4096, 0, 0, False)
+torch.cuda.synchronize()
+PY
+  grep -v "^==PROF==" "$OUT/$1" | grep -E "qmma_small|Duration|Throughput|Issue|Eligible|Executed Ipc|Warp Cycles|stalled|dram__bytes|lts__t_sectors|inst_executed|Achieved Occ|Registers|Hit Rate|Waves" \
+    | awk '$NF+0 > 0.05 || !/stalled/' | head -90
+}

@@ -105,6 +105,83 @@ __global__ void __launch_bounds__(kMaxWarpsK * 32) __maxnreg__((max_regs<F, NT>(
   for (int s = 0; s < kStages - 1; ++s) issue(s);
 
   constexpr int U = unroll_subs<F, NT>();
+  constexpr int kTrips = kStageBlocks * F::kSubs / U;  // loop trips of U sub-blocks a stage
+  // At two column tiles the x loads (from L2: every CTA reads all of x) are issued one trip ahead,
+  // into the other of two register sets, so their latency overlaps a trip of decode and MMAs (v26
+  // ncu, 16 rows: long-scoreboard stalls 5.7 of 10.2 cycles an instruction without it, 2.5 with;
+  // v27: q4_0 34.6 -> 30.6 us on 14336 x 4096). Not for mlx4's wide x: its two sets of 4
+  // sub-blocks spill, and at 2 sub-blocks a trip it measured slower (v27: 28.6 vs v22's 27.1).
+  // Not for q8_0 either: with its 34-byte blocks it lost on both N = 4096 shapes (v27, 16 rows:
+  // 4096 x 14336 53.2 vs 48.4 us, 4096 x 4096 18.9 vs 17.6; v28 55.5) for a win on 14336 x 4096.
+  constexpr bool kPrefetchX = NT == 2 && !F::kWideX && !std::is_same<F, Traits<UQR_Q8_0>>::value;
+  const int lane_x = (F::kWideX ? 8 : 4) * c;
+  using XTrip = uint32_t[U][NT][4];
+  auto load_x = [&](XTrip& xr, const T* const (&ptr)[NT]) {
+#pragma unroll
+    for (int u = 0; u < U; ++u)
+#pragma unroll
+      for (int t = 0; t < NT; ++t) {
+        if constexpr (F::kWideX) {
+          const uint4 v = __ldg(reinterpret_cast<const uint4*>(ptr[t] + 32 * u));
+          xr[u][t][0] = v.x; xr[u][t][1] = v.z; xr[u][t][2] = v.y; xr[u][t][3] = v.w;
+        } else {
+          const uint2 v0 = __ldg(reinterpret_cast<const uint2*>(ptr[t] + 32 * u));
+          const uint2 v1 = __ldg(reinterpret_cast<const uint2*>(ptr[t] + 32 * u + 16));
+          xr[u][t][0] = v0.x; xr[u][t][1] = v0.y; xr[u][t][2] = v1.x; xr[u][t][3] = v1.y;
+        }
+      }
+  };
+  // U sub-blocks from jb on of the stage in buf, with their x in xr.
+  auto trip = [&](const unsigned char* buf, int jb, const XTrip& xr) {
+    const typename F::Scales sg(buf + g * sb, jb), sg8(buf + (g + 8) * sb, jb);
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int js = jb + u, j = js / F::kSubs, s = js % F::kSubs;
+      const uint8_t* blk_g = buf + g * sb + j * F::kBytes;
+      uint32_t rg[4], rg8[4];
+      F::template codes<T>(blk_g, j, s, c, rg);
+      F::template codes<T>(blk_g + 8 * sb, j, s, c, rg8);
+      const uint32_t a0[4] = {rg[0], rg8[0], rg[1], rg8[1]};
+      const uint32_t a1[4] = {rg[2], rg8[2], rg[3], rg8[3]};
+      const float2 s_g = sg.at(u), s_g8 = sg8.at(u);
+#pragma unroll
+      for (int t = 0; t < NT; ++t) {
+        uint32_t b00, b01, b10, b11;
+        xfrag(xr[u][t][0], xr[u][t][1], b00, b01);
+        xfrag(xr[u][t][2], xr[u][t][3], b10, b11);
+        float sq[4];
+        mma16816<T>(sq, a0, b00, b01, zero);
+        mma16816<T>(sq, a1, b10, b11, sq);
+        float* ac = acc[t];
+        if constexpr (F::kOffset) {
+          // w = a q + b = a (B + q) + (b - a B): the MMA saw B + q; sum(x) from the ones-MMA.
+          float sx[4];
+          mma16816<T>(sx, ones, b00, b01, zero);
+          mma16816<T>(sx, ones, b10, b11, sx);
+          const float og = s_g.y - s_g.x * bias, og8 = s_g8.y - s_g8.x * bias;
+          ac[0] = fmaf(og, sx[0], fmaf(s_g.x, sq[0], ac[0]));
+          ac[1] = fmaf(og, sx[1], fmaf(s_g.x, sq[1], ac[1]));
+          ac[2] = fmaf(og8, sx[2], fmaf(s_g8.x, sq[2], ac[2]));
+          ac[3] = fmaf(og8, sx[3], fmaf(s_g8.x, sq[3], ac[3]));
+        } else {
+          ac[0] = fmaf(s_g.x, sq[0], ac[0]);
+          ac[1] = fmaf(s_g.x, sq[1], ac[1]);
+          ac[2] = fmaf(s_g8.x, sq[2], ac[2]);
+          ac[3] = fmaf(s_g8.x, sq[3], ac[3]);
+        }
+      }
+    }
+  };
+  static_assert((kStageBlocks * F::kSubs) % 4 == 0, "stages hold a multiple of 4 sub-blocks");
+  static_assert(!kPrefetchX || kTrips % 2 == 0, "x register sets alternate within a stage");
+
+  // x of the trip to load next (prefetch) or of the current stage; rows past the last re-read row 0.
+  const T* xp[NT];
+#pragma unroll
+  for (int t = 0; t < NT; ++t) xp[t] = xrow[t] + x_stage_offset(p, s0 * kStageElems) + lane_x;
+  XTrip xa, xb;
+  if constexpr (kPrefetchX) load_x(xa, xp);
+
   int slot_out = 0;  // ring slot this iteration reads
   for (int i = 0; i < n_mine; ++i) {
     issue(i + kStages - 1);
@@ -112,70 +189,40 @@ __global__ void __launch_bounds__(kMaxWarpsK * 32) __maxnreg__((max_regs<F, NT>(
     __syncwarp();
     const unsigned char* buf = ring + slot_out * kRows * sb;
     slot_out = slot_out == kStages - 1 ? 0 : slot_out + 1;
-    const int k_stage = (s0 + i) * kStageElems;
-    const int64_t x_stage = x_stage_offset(p, k_stage) + (F::kWideX ? 8 : 4) * c;
-    // x of the current U sub-blocks, advanced by pointer so each load is pointer + immediate (an
-    // int index jb * 32 cost a 64-bit address computation per load in v10's SASS).
-    const T* xst[NT];
-#pragma unroll
-    for (int t = 0; t < NT; ++t) xst[t] = xrow[t] + x_stage;
-    // The stage's 32-element sub-blocks, U at a time: enough independent loads and MMAs in flight
-    // without the register growth of a full unroll (q4_k spilled at 8); x addresses stay
-    // base + immediate.
-    static_assert((kStageBlocks * F::kSubs) % 4 == 0, "stages hold a multiple of 4 sub-blocks");
-    // jb = jq * U keeps jb's low bits known to the compiler, so (jb + u)'s parity (q4_k's nibble
-    // half) and 4-alignment fold to constants.
+    if constexpr (kPrefetchX) {
+      // The next stage's x (this one's again at the last stage: a harmless valid reload).
+      const int64_t x_next = x_stage_offset(p, (s0 + min(i + 1, n_mine - 1)) * kStageElems) + lane_x;
+      // Trips in pairs: compute from one register set while the next trip's x fills the other.
 #pragma unroll 1
-    for (int jq = 0; jq < kStageBlocks * F::kSubs / U; ++jq) {
-      const int jb = jq * U;
-      const typename F::Scales sg(buf + g * sb, jb), sg8(buf + (g + 8) * sb, jb);
+      for (int jq = 0; jq < kTrips; jq += 2) {
 #pragma unroll
-      for (int u = 0; u < U; ++u) {
-        const int js = jb + u, j = js / F::kSubs, s = js % F::kSubs;
-        const uint8_t* blk_g = buf + g * sb + j * F::kBytes;
-        uint32_t rg[4], rg8[4];
-        F::template codes<T>(blk_g, j, s, c, rg);
-        F::template codes<T>(blk_g + 8 * sb, j, s, c, rg8);
-        const uint32_t a0[4] = {rg[0], rg8[0], rg[1], rg8[1]};
-        const uint32_t a1[4] = {rg[2], rg8[2], rg[3], rg8[3]};
-        const float2 s_g = sg.at(u), s_g8 = sg8.at(u);
+        for (int t = 0; t < NT; ++t) xp[t] += 32 * U;
+        load_x(xb, xp);
+        trip(buf, jq * U, xa);
+        if (jq + 2 < kTrips) {
 #pragma unroll
-        for (int t = 0; t < NT; ++t) {
-          uint32_t b00, b01, b10, b11;
-          if constexpr (F::kWideX) {
-            const uint4 xv = __ldg(reinterpret_cast<const uint4*>(xst[t] + 32 * u));
-            xfrag(xv.x, xv.z, b00, b01);
-            xfrag(xv.y, xv.w, b10, b11);
-          } else {
-            const uint2 x0 = __ldg(reinterpret_cast<const uint2*>(xst[t] + 32 * u));
-            const uint2 x1 = __ldg(reinterpret_cast<const uint2*>(xst[t] + 32 * u + 16));
-            xfrag(x0.x, x0.y, b00, b01);
-            xfrag(x1.x, x1.y, b10, b11);
-          }
-          float sq[4];
-          mma16816<T>(sq, a0, b00, b01, zero);
-          mma16816<T>(sq, a1, b10, b11, sq);
-          float* ac = acc[t];
-          if constexpr (F::kOffset) {
-            // w = a q + b = a (B + q) + (b - a B): the MMA saw B + q; sum(x) from the ones-MMA.
-            float sx[4];
-            mma16816<T>(sx, ones, b00, b01, zero);
-            mma16816<T>(sx, ones, b10, b11, sx);
-            const float og = s_g.y - s_g.x * bias, og8 = s_g8.y - s_g8.x * bias;
-            ac[0] = fmaf(og, sx[0], fmaf(s_g.x, sq[0], ac[0]));
-            ac[1] = fmaf(og, sx[1], fmaf(s_g.x, sq[1], ac[1]));
-            ac[2] = fmaf(og8, sx[2], fmaf(s_g8.x, sq[2], ac[2]));
-            ac[3] = fmaf(og8, sx[3], fmaf(s_g8.x, sq[3], ac[3]));
-          } else {
-            ac[0] = fmaf(s_g.x, sq[0], ac[0]);
-            ac[1] = fmaf(s_g.x, sq[1], ac[1]);
-            ac[2] = fmaf(s_g8.x, sq[2], ac[2]);
-            ac[3] = fmaf(s_g8.x, sq[3], ac[3]);
-          }
+          for (int t = 0; t < NT; ++t) xp[t] += 32 * U;
+        } else {
+#pragma unroll
+          for (int t = 0; t < NT; ++t) xp[t] = xrow[t] + x_next;
         }
+        load_x(xa, xp);
+        trip(buf, (jq + 1) * U, xb);
       }
+    } else {
+      if (i > 0) {
 #pragma unroll
-      for (int t = 0; t < NT; ++t) xst[t] += 32 * U;
+        for (int t = 0; t < NT; ++t) xp[t] = xrow[t] + x_stage_offset(p, (s0 + i) * kStageElems) + lane_x;
+      }
+      // jb = jq * U keeps jb's low bits known to the compiler, so (jb + u)'s parity (q4_k's nibble
+      // half) and 4-alignment fold to constants. x addresses stay pointer + immediate.
+#pragma unroll 1
+      for (int jq = 0; jq < kTrips; ++jq) {
+        load_x(xa, xp);
+        trip(buf, jq * U, xa);
+#pragma unroll
+        for (int t = 0; t < NT; ++t) xp[t] += 32 * U;
+      }
     }
     __syncwarp();  // the slot is refilled by the next iteration's issue
   }

@@ -123,8 +123,14 @@ SCRATCH_HALF_FORMAT_MIN_M: dict[str, int] = {"q8_0": 65, "ternary": 128}
 CUDA_DEQUANT_ENABLED = True
 # The scratch path split over N into slices decoded on a side stream while cuBLAS multiplies the
 # previous one (scratch_pipeline.py): (min rows, min N, slices, ring buffers), the last matching
-# entry wins; no entry = one decode, then one product.
-SCRATCH_PIPELINE: tuple[tuple[int, int, int, int], ...] = ()
+# entry wins; no entry, or one with 1 slice = one decode, then one product. v28
+# (results/h200_v28_pipeline.json, each configuration timed twice, us): on 14336 x 4096 two slices
+# in two buffers win at 512 rows (q4_0 122.1 / 126.1 vs plain 127.9 / 131.7, q4_k 126.0 / 126.0 vs
+# 132.1 / 133.6, mlx4 121.1 / 120.4 vs 129.3 / 128.6), lose at 384 (q4_0 107.8 vs 103.1) and tie at
+# 768; with N = 4096 (4096 x 14336) they lose at 384-768 rows (q4_0 at 512: 133.1 vs 119.2), as
+# every configuration did at 2048-4096 rows in v13a (cuBLAS's cooperative kernel leaves the side
+# stream no SMs, and narrow slices cost it efficiency).
+SCRATCH_PIPELINE: tuple[tuple[int, int, int, int], ...] = ((448, 8192, 2, 2), (768, 0, 1, 1))
 # A split over K is worth it while the (n, m) tiles alone leave SMs idle; aim for this many programs
 # (small-M tiles are latency-bound: sweep v3 measured split 16 faster than split 4 at M = 16).
 TARGET_PROGRAMS_PER_SM = 8
