@@ -131,8 +131,10 @@ __global__ void __launch_bounds__(kMaxWarpsK * 32) __maxnreg__((max_regs<F, NT>(
         }
       }
   };
-  // U sub-blocks from jb on of the stage in buf, with their x in xr.
-  auto trip = [&](const unsigned char* buf, int jb, const XTrip& xr) {
+  // U sub-blocks from jb on of the stage in buf, with their x in xr (prefetched) or, without the
+  // prefetch, loaded here from xq one sub-block at a time (as late as the original loop: loading a
+  // whole trip up front spilled q4_k at the 72-register cap).
+  auto trip = [&](const unsigned char* buf, int jb, const XTrip& xr, const T* const (&xq)[NT]) {
     const typename F::Scales sg(buf + g * sb, jb), sg8(buf + (g + 8) * sb, jb);
 #pragma unroll
     for (int u = 0; u < U; ++u) {
@@ -147,8 +149,19 @@ __global__ void __launch_bounds__(kMaxWarpsK * 32) __maxnreg__((max_regs<F, NT>(
 #pragma unroll
       for (int t = 0; t < NT; ++t) {
         uint32_t b00, b01, b10, b11;
-        xfrag(xr[u][t][0], xr[u][t][1], b00, b01);
-        xfrag(xr[u][t][2], xr[u][t][3], b10, b11);
+        if constexpr (kPrefetchX) {
+          xfrag(xr[u][t][0], xr[u][t][1], b00, b01);
+          xfrag(xr[u][t][2], xr[u][t][3], b10, b11);
+        } else if constexpr (F::kWideX) {
+          const uint4 v = __ldg(reinterpret_cast<const uint4*>(xq[t] + 32 * u));
+          xfrag(v.x, v.z, b00, b01);
+          xfrag(v.y, v.w, b10, b11);
+        } else {
+          const uint2 v0 = __ldg(reinterpret_cast<const uint2*>(xq[t] + 32 * u));
+          const uint2 v1 = __ldg(reinterpret_cast<const uint2*>(xq[t] + 32 * u + 16));
+          xfrag(v0.x, v0.y, b00, b01);
+          xfrag(v1.x, v1.y, b10, b11);
+        }
         float sq[4];
         mma16816<T>(sq, a0, b00, b01, zero);
         mma16816<T>(sq, a1, b10, b11, sq);
@@ -198,7 +211,7 @@ __global__ void __launch_bounds__(kMaxWarpsK * 32) __maxnreg__((max_regs<F, NT>(
 #pragma unroll
         for (int t = 0; t < NT; ++t) xp[t] += 32 * U;
         load_x(xb, xp);
-        trip(buf, jq * U, xa);
+        trip(buf, jq * U, xa, xp);
         if (jq + 2 < kTrips) {
 #pragma unroll
           for (int t = 0; t < NT; ++t) xp[t] += 32 * U;
@@ -207,7 +220,7 @@ __global__ void __launch_bounds__(kMaxWarpsK * 32) __maxnreg__((max_regs<F, NT>(
           for (int t = 0; t < NT; ++t) xp[t] = xrow[t] + x_next;
         }
         load_x(xa, xp);
-        trip(buf, (jq + 1) * U, xb);
+        trip(buf, (jq + 1) * U, xb, xp);
       }
     } else {
       if (i > 0) {
@@ -218,8 +231,7 @@ __global__ void __launch_bounds__(kMaxWarpsK * 32) __maxnreg__((max_regs<F, NT>(
       // half) and 4-alignment fold to constants. x addresses stay pointer + immediate.
 #pragma unroll 1
       for (int jq = 0; jq < kTrips; ++jq) {
-        load_x(xa, xp);
-        trip(buf, jq * U, xa);
+        trip(buf, jq * U, xa, xp);
 #pragma unroll
         for (int t = 0; t < NT; ++t) xp[t] += 32 * U;
       }
