@@ -59,3 +59,14 @@ PY
   grep -v "^==PROF==" "$OUT/$1" | grep -E "qmma_small|Duration|Throughput|Issue|Eligible|Executed Ipc|Warp Cycles|stalled|dram__bytes|lts__t_sectors|inst_executed|Achieved Occ|Registers|Hit Rate|Waves" \
     | awk '$NF+0 > 0.05 || !/stalled/' | head -90
 }
+
+# The header, the sm_90a build and every CUDA GPU test (the ones h200_run.sh runs, plus the dispatch
+# rules); the last lines of pytest's summary and the time to stdout.
+h200_build_and_test_all() {
+  h200_header
+  h200_build || return 1
+  local t0; t0=$(date +%s)
+  python3 -m pytest -q -n 8 tests/test_triton_cuda.py tests/test_cuda_qmma.py tests/test_cuda_dequant.py \
+    tests/test_cuda_scratch_pipeline.py tests/test_cuda_wgmma.py tests/test_cuda_dispatch_rules.py 2>&1 | tail -2
+  echo "tests took $(( $(date +%s) - t0 )) s"
+}

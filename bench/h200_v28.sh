@@ -4,12 +4,7 @@
 # path against the plain one around M = 512 (each configuration twice, to see the spread).
 source "$(dirname "$0")/h200_lib.sh"
 {
-  h200_header
-  h200_build || exit 1
-  t0=$(date +%s)
-  python3 -m pytest -q -n 8 tests/test_triton_cuda.py tests/test_cuda_qmma.py tests/test_cuda_dequant.py \
-    tests/test_cuda_scratch_pipeline.py tests/test_cuda_wgmma.py tests/test_cuda_dispatch_rules.py 2>&1 | tail -2
-  echo "tests took $(( $(date +%s) - t0 )) s"
+  h200_build_and_test_all || exit 1
   UQR_QMMA_TAG=v28 PYTHONPATH=. timeout 150 python3 bench/qmma_sweep.py --M 1,9,16 \
     --shapes 14336x4096,4096x14336,4096x4096 --formats q4_0,q4_1,q4_k,mlx4,q8_0,var_affine,exl3,ternary \
     --reps 20 --json "$OUT/sweep_rows.json"

@@ -4,12 +4,7 @@
 # which test_cuda_build refuses): every CUDA GPU test, then 1 / 16 rows for a few formats.
 source "$(dirname "$0")/h200_lib.sh"
 {
-  h200_header
-  h200_build || exit 1
-  t0=$(date +%s)
-  python3 -m pytest -q -n 8 tests/test_triton_cuda.py tests/test_cuda_qmma.py tests/test_cuda_dequant.py \
-    tests/test_cuda_scratch_pipeline.py tests/test_cuda_wgmma.py tests/test_cuda_dispatch_rules.py 2>&1 | tail -2
-  echo "tests took $(( $(date +%s) - t0 )) s"
+  h200_build_and_test_all || exit 1
   UQR_QMMA_TAG=v30 PYTHONPATH=. timeout 100 python3 bench/qmma_sweep.py --M 1,16 --shapes 14336x4096 \
     --formats q4_0,q4_k,mlx4,ternary,q8_0 --reps 20 --json "$OUT/sweep.json"
   date -u

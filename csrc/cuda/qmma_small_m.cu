@@ -116,20 +116,21 @@ __global__ void __launch_bounds__(kMaxWarpsK * 32) __maxnreg__((max_regs<F, NT>(
   constexpr bool kPrefetchX = NT == 2 && !F::kWideX && !std::is_same<F, Traits<UQR_Q8_0>>::value;
   const int lane_x = (F::kWideX ? 8 : 4) * c;
   using XTrip = uint32_t[U][NT][4];
+  // The four x words of one sub-block of one column tile at p, in the order xfrag pairs them.
+  auto x_words = [](const T* xs, uint32_t (&w)[4]) {
+    if constexpr (F::kWideX) {
+      const uint4 v = __ldg(reinterpret_cast<const uint4*>(xs));
+      w[0] = v.x, w[1] = v.z, w[2] = v.y, w[3] = v.w;
+    } else {
+      const uint2 v0 = __ldg(reinterpret_cast<const uint2*>(xs)), v1 = __ldg(reinterpret_cast<const uint2*>(xs + 16));
+      w[0] = v0.x, w[1] = v0.y, w[2] = v1.x, w[3] = v1.y;
+    }
+  };
   auto load_x = [&](XTrip& xr, const T* const (&ptr)[NT]) {
 #pragma unroll
     for (int u = 0; u < U; ++u)
 #pragma unroll
-      for (int t = 0; t < NT; ++t) {
-        if constexpr (F::kWideX) {
-          const uint4 v = __ldg(reinterpret_cast<const uint4*>(ptr[t] + 32 * u));
-          xr[u][t][0] = v.x; xr[u][t][1] = v.z; xr[u][t][2] = v.y; xr[u][t][3] = v.w;
-        } else {
-          const uint2 v0 = __ldg(reinterpret_cast<const uint2*>(ptr[t] + 32 * u));
-          const uint2 v1 = __ldg(reinterpret_cast<const uint2*>(ptr[t] + 32 * u + 16));
-          xr[u][t][0] = v0.x; xr[u][t][1] = v0.y; xr[u][t][2] = v1.x; xr[u][t][3] = v1.y;
-        }
-      }
+      for (int t = 0; t < NT; ++t) x_words(ptr[t] + 32 * u, xr[u][t]);
   };
   // U sub-blocks from jb on of the stage in buf, with their x in xr (prefetched) or, without the
   // prefetch, loaded here from xq one sub-block at a time (as late as the original loop: loading a
@@ -148,20 +149,16 @@ __global__ void __launch_bounds__(kMaxWarpsK * 32) __maxnreg__((max_regs<F, NT>(
       const float2 s_g = sg.at(u), s_g8 = sg8.at(u);
 #pragma unroll
       for (int t = 0; t < NT; ++t) {
-        uint32_t b00, b01, b10, b11;
+        uint32_t w[4];
         if constexpr (kPrefetchX) {
-          xfrag(xr[u][t][0], xr[u][t][1], b00, b01);
-          xfrag(xr[u][t][2], xr[u][t][3], b10, b11);
-        } else if constexpr (F::kWideX) {
-          const uint4 v = __ldg(reinterpret_cast<const uint4*>(xq[t] + 32 * u));
-          xfrag(v.x, v.z, b00, b01);
-          xfrag(v.y, v.w, b10, b11);
+#pragma unroll
+          for (int i = 0; i < 4; ++i) w[i] = xr[u][t][i];
         } else {
-          const uint2 v0 = __ldg(reinterpret_cast<const uint2*>(xq[t] + 32 * u));
-          const uint2 v1 = __ldg(reinterpret_cast<const uint2*>(xq[t] + 32 * u + 16));
-          xfrag(v0.x, v0.y, b00, b01);
-          xfrag(v1.x, v1.y, b10, b11);
+          x_words(xq[t] + 32 * u, w);
         }
+        uint32_t b00, b01, b10, b11;
+        xfrag(w[0], w[1], b00, b01);
+        xfrag(w[2], w[3], b10, b11);
         float sq[4];
         mma16816<T>(sq, a0, b00, b01, zero);
         mma16816<T>(sq, a1, b10, b11, sq);
