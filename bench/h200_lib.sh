@@ -67,6 +67,7 @@ h200_build_and_test_all() {
   h200_build || return 1
   local t0; t0=$(date +%s)
   python3 -m pytest -q -n 8 tests/test_triton_cuda.py tests/test_cuda_qmma.py tests/test_cuda_dequant.py \
-    tests/test_cuda_scratch_pipeline.py tests/test_cuda_wgmma.py tests/test_cuda_dispatch_rules.py 2>&1 | tail -2
+    tests/test_cuda_scratch_pipeline.py tests/test_cuda_wgmma.py tests/test_cuda_dispatch_rules.py \
+    tests/test_cuda_int8.py 2>&1 | tail -2
   echo "tests took $(( $(date +%s) - t0 )) s"
 }

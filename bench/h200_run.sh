@@ -19,7 +19,7 @@ LOG="$OUT/run.log"
   echo "== CUDA correctness tests"
   t0=$(date +%s)
   python3 -m pytest -q -n 8 tests/test_triton_cuda.py tests/test_cuda_qmma.py tests/test_cuda_dequant.py \
-    tests/test_cuda_scratch_pipeline.py tests/test_cuda_wgmma.py 2>&1 | tail -25
+    tests/test_cuda_scratch_pipeline.py tests/test_cuda_wgmma.py tests/test_cuda_int8.py 2>&1 | tail -25
   echo "tests took $(( $(date +%s) - t0 )) s"
   echo "== argument errors raise (one process each; they segfaulted here before uqr/check.h)"
   PYTHONPATH=. timeout 120 python3 bench/error_path_probe.py
@@ -49,6 +49,12 @@ for fmt, g in (("q4_0", 0), ("mlx4", 128), ("exl3", 0)):  # Hopper wgmma kernel:
         gemm_triton(torch.randn(rows, 2048, device="cuda", dtype=torch.bfloat16), w, fmt, 37, 2048, g, kernel="wgmma")
     gemm_triton(torch.randn(2, 2, 40, 1024, device="cuda", dtype=torch.float16), w, fmt, 37, 2048, g,
                 out_heads=1, in_heads=True, kernel="wgmma")
+for fmt in ("q4_0", "q4_k"):  # int8 kernel: pre-pass + dependent launch, 1 / 2 column tiles, heads
+    w = random_packed(fmt, 37, 1024, 0, seed=6, device="cuda")
+    for rows in (1, 5, 16):
+        gemm_triton(torch.randn(rows, 1024, device="cuda", dtype=torch.bfloat16), w, fmt, 37, 1024, kernel="int8")
+    gemm_triton(torch.randn(2, 2, 4, 512, device="cuda", dtype=torch.float16), w, fmt, 37, 1024,
+                out_heads=1, in_heads=True, kernel="int8")
 from torch_uqr.triton_kernels.dequant import dequantize_cuda
 for fmt, g in (("q4_0", 0), ("mlx4", 64), ("var_affine", 0), ("exl3", 0), ("ternary", 0)):  # decode-to-dense
     for dt in (torch.bfloat16, torch.float32):

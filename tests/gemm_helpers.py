@@ -66,3 +66,35 @@ def assert_close(y: torch.Tensor, ref: torch.Tensor, dtype: torch.dtype, what: s
     scale = ref.abs().max().item()
     err = (y.double() - ref).abs().max().item() / max(scale, 1e-30)
     assert err < TOL[dtype], f"{what}: rel error {err:.3g} >= {TOL[dtype]:g} (seed={SEED})"
+
+
+# Path "int8": elements per x scale, q4_0 one per 32-element block, q4_k one per 256-element
+# super-block (its eight sub-block dots are scaled in integers, as llama.cpp's q8_K).
+INT8_X_SPAN = {"q4_0": 32, "q4_k": 256}
+
+
+def rows_of(x: torch.Tensor, in_heads: bool) -> torch.Tensor:
+    """x as [..., M, K] rows (the order in which the op reads K)."""
+    if not in_heads:
+        return x
+    xt = x.transpose(-3, -2)
+    return xt.reshape(*xt.shape[:-2], -1)
+
+
+def int8_round(rows: torch.Tensor, span: int = 32) -> torch.Tensor:
+    """Path "int8"'s activation rounding (docs/operator.md), in fp32 arithmetic as the kernels do
+    it, returned as the float64 values the integer codes stand for (code * scale); one scale
+    d = amax / 127 per ``span``, codes round-half-even(x * (1 / d)), an all-zero span gets d = 0."""
+    xf = rows.float()
+    blocks = xf.reshape(-1, span)
+    d = blocks.abs().amax(dim=1, keepdim=True) / 127.0
+    inv = torch.where(d != 0, 1.0 / d, torch.zeros_like(d))
+    q = torch.round(blocks * inv).clamp(-128, 127)  # torch.round is half-to-even, as the kernels
+    return (q.double() * d.double()).reshape(xf.shape)
+
+
+def int8_reference(x: torch.Tensor, W: torch.Tensor, fmt: str, out_heads: int = 0,
+                   in_heads: bool = False) -> torch.Tensor:
+    """The float64 y that path "int8" approximates to fp32 accumulation: x rounded to int8 as the
+    kernels round it, times the float64 W, in the operator's layout."""
+    return reference(int8_round(rows_of(x, in_heads), INT8_X_SPAN[fmt]), W, out_heads)

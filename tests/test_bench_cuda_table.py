@@ -25,3 +25,16 @@ def test_table_best_kernel_and_paired_ratios():
 def test_table_without_paired_rows_has_one_table():
     md = table([_row("bf16", "cublas", 1, 0.013), _row("q4_0", "qmma", 1, 0.0085)])
     assert "interleaved" not in md and md.count("\n") == 2
+
+
+def test_table_int8_rides_along_and_is_never_best():
+    from torch_uqr.bench_cuda import INT8_NOTE
+    rows = [_row("bf16", "cublas", 1, 0.013), _row("q4_0", "qmma", 1, 0.0085),
+            _row("q4_0", "int8", 1, 0.0061, max_rel_err=4e-3), _row("q4_k", "int8", 1, 0.007),
+            _row("ternary", "gemv", 1, 0.009), _row("ternary", "vec", 1, 0.012)]
+    lines = table(rows).splitlines()
+    cells = lines[2].split(" | ")
+    assert cells[4 + FORMATS.index("q4_0")] == "8.5 (q) / int8 6.1", "the faster int8 is not the best kernel"
+    assert cells[4 + FORMATS.index("q4_k")] == "- / int8 7.0"
+    assert cells[4 + FORMATS.index("ternary")].rstrip(" |") == "9.0 (g) / vec 12.0"
+    assert lines[-1] == INT8_NOTE and INT8_NOTE not in table(rows[:2])

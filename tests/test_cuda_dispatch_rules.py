@@ -1,6 +1,7 @@
 """The CUDA dispatch rules that need no GPU: which row counts and shapes ``auto`` sends to the
 tensor-core kernels (qmma_auto) and which calls those kernels accept (qmma_fits, the mirror of the
-C++ qmma_unsupported). Runs on CPU tensors in CI; tests/test_cuda_qmma.py runs the kernels."""
+C++ qmma_unsupported; int8_fits for path "int8"'s kernel). Runs on CPU tensors in CI;
+tests/test_cuda_qmma.py and tests/test_cuda_int8.py run the kernels."""
 from __future__ import annotations
 
 import pytest
@@ -112,3 +113,28 @@ def test_wgmma_auto_rows_device_and_fit(monkeypatch) -> None:
     assert dispatch.qmma_auto("q4_0", 25, 14336, False), "without the Hopper kernel the mid-M range stays"
     assert dispatch.qmma_auto("q8_0", 20, 14336, True) and not dispatch.qmma_auto("q8_0", 21, 14336, True), \
         "a format's own cap"
+
+
+def test_int8_fits_and_forced_kernel_errors() -> None:
+    """Path "int8"'s kernel takes q4_0 / q4_k, bf16 / fp16 x, 1..INT8_MAX_ROWS rows (batch counted)
+    and the small-M kernel's shapes; kernel="int8" refuses anything else with a ValueError, never a
+    silent fallback (checked before any launch, so CPU tensors show it)."""
+    K, top = 512, configs.INT8_MAX_ROWS
+    w = random_packed("q4_k", 32, K, 0, seed=9)
+    x = torch.randn(top + 1, K, dtype=torch.bfloat16)
+    assert dispatch.int8_fits(x[:1], w, "q4_k", K, 0, False, 1)
+    assert dispatch.int8_fits(x[:top].half(), w, "q4_k", K, 0, False, top)
+    assert not dispatch.int8_fits(x, w, "q4_k", K, 0, False, top + 1), "above the kernel's two column tiles"
+    assert not dispatch.int8_fits(x[:4].float(), w, "q4_k", K, 0, False, 4), "fp32 x"
+    assert not dispatch.int8_fits(x[:0], w, "q4_k", K, 0, False, 0), "no rows"
+    assert not dispatch.int8_fits(torch.randn(4, 3, K // 4, dtype=torch.bfloat16), w, "q4_k", K, 0, True, 3), \
+        "x heads of 128 straddle a 256-element stage"
+    w8 = random_packed("q8_0", 32, K, 0, seed=10)
+    assert dispatch.qmma_fits(x[:4], w8, "q8_0", K, 0, False, 4), "the exact kernel takes q8_0"
+    assert not dispatch.int8_fits(x[:4], w8, "q8_0", K, 0, False, 4), "int8 x only for q4_0 / q4_k"
+    with pytest.raises(ValueError, match=f"kernel: 'int8' takes.*{top + 1} rows"):
+        dispatch.gemm_triton(x.view(1, top + 1, K), w, "q4_k", 32, K, kernel="int8")
+    with pytest.raises(ValueError, match="kernel: 'int8' takes.*got fmt 'q8_0'"):
+        dispatch.gemm_triton(x[:4], w8, "q8_0", 32, K, kernel="int8")
+    with pytest.raises(ValueError, match="path: 'int8' is only valid for fmt 'q4_0' and 'q4_k', got fmt 'q8_0'"):
+        dispatch.gemm_triton(x[:4], w8, "q8_0", 32, K, path="int8")

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 import torch_uqr as uqr
-from gemm_helpers import SEED, assert_close, randn, reference, weights
+from gemm_helpers import INT8_X_SPAN, SEED, assert_close, int8_reference, randn, reference, rows_of, weights
 
 N_ODD = 70  # crosses the 4-row tiles and the 64-row work units
 K = 512     # two q4_k super-blocks, sixteen q4_0 blocks
@@ -26,30 +26,6 @@ SAME_X_TOL = {torch.float32: 1e-5, torch.float16: 2.0 ** -10, torch.bfloat16: 2.
 @pytest.fixture(autouse=True)
 def poison(monkeypatch):
     monkeypatch.setenv("UQR_POISON", "1")
-
-
-def rows_of(x: torch.Tensor, in_heads: bool) -> torch.Tensor:
-    """x as [..., M, K] rows (the order in which the op reads K)."""
-    if not in_heads:
-        return x
-    xt = x.transpose(-3, -2)
-    return xt.reshape(*xt.shape[:-2], -1)
-
-
-# Elements per x scale: q4_0 one per 32-element block, q4_k one per 256-element super-block (its
-# eight sub-block dots are scaled in integers, as llama.cpp's q8_K).
-X_SPAN = {"q4_0": 32, "q4_k": 256}
-
-
-def int8_round(rows: torch.Tensor, span: int = 32) -> torch.Tensor:
-    """The kernel's activation rounding, in fp32 arithmetic as the kernel does it, returned as
-    the float64 values the integer codes stand for (code * scale); one scale per ``span``."""
-    xf = rows.float()
-    blocks = xf.reshape(-1, span)
-    d = blocks.abs().amax(dim=1, keepdim=True) / 127.0
-    inv = torch.where(d != 0, 1.0 / d, torch.zeros_like(d))
-    q = torch.round(blocks * inv)  # round half to even, as the kernel's conversion
-    return (q.double() * d.double()).reshape(xf.shape)
 
 
 def int8_rounding_bound(rows: torch.Tensor, W: torch.Tensor, out_heads: int, span: int) -> torch.Tensor:
@@ -65,7 +41,7 @@ def int8_rounding_bound(rows: torch.Tensor, W: torch.Tensor, out_heads: int, spa
 def check(y: torch.Tensor, x: torch.Tensor, W: torch.Tensor, dtype, what: str, out_heads: int = 0,
           in_heads: bool = False, fmt: str = "q4_0") -> None:
     rows = rows_of(x, in_heads)
-    ref_same = reference(int8_round(rows, X_SPAN[fmt]), W, out_heads)
+    ref_same = int8_reference(x, W, fmt, out_heads, in_heads)
     ref_exact = reference(rows, W, out_heads)
     assert y.shape == ref_exact.shape and y.dtype == dtype, f"{what}: {y.shape} {y.dtype}"
     assert bool(torch.isfinite(y).all()), f"{what}: non-finite output (unwritten element?) seed={SEED}"
@@ -73,7 +49,7 @@ def check(y: torch.Tensor, x: torch.Tensor, W: torch.Tensor, dtype, what: str, o
     err_same = (y.double() - ref_same).abs().max().item() / scale
     assert err_same < SAME_X_TOL[dtype], f"{what}: vs same-rounded x {err_same:.3g} (seed={SEED})"
     # Against the exact x: the rounding's bound plus what the same-x check already allows.
-    excess = (y.double() - ref_exact).abs() - int8_rounding_bound(rows, W, out_heads, X_SPAN[fmt])
+    excess = (y.double() - ref_exact).abs() - int8_rounding_bound(rows, W, out_heads, INT8_X_SPAN[fmt])
     worst = excess.max().item() / scale
     assert worst < SAME_X_TOL[dtype], f"{what}: vs exact x, {worst:.3g} beyond the int8 rounding bound (seed={SEED})"
     if dtype == torch.float32:
@@ -129,10 +105,10 @@ def test_int8_errors():
     with pytest.raises(RuntimeError, match="path='int8' .*supports fmt 'q4_0' and 'q4_k', not 'q8_0'"):
         torch.ops.uqr.gemm(randn(2, 256), qt8.data, "q8_0", 48, 256, 0, 0, False, "int8")
     q4, _ = weights("q4_0", None, 48, 256)
-    with pytest.raises(ValueError, match="path='int8' exists only for CPU tensors.*metal-emu"):
+    with pytest.raises(ValueError, match="path='int8' exists only for CPU and CUDA tensors.*metal-emu"):
         uqr.gemm(randn(2, 256), q4, path="int8", backend="metal-emu")
     meta_q4 = uqr.QTensor(q4.data.to("meta"), "q4_0", (48, 256))
-    with pytest.raises(ValueError, match="path='int8' exists only for CPU tensors.*meta"):
+    with pytest.raises(ValueError, match="path='int8' exists only for CPU and CUDA tensors.*meta"):
         uqr.gemm(torch.empty(2, 256, device="meta"), meta_q4, path="int8")
     from torch_uqr import metal_emu
     with pytest.raises(ValueError, match="path='int8'.*Metal shaders do not have it"):

@@ -6,6 +6,11 @@ input set rotating among enough sets that their weights overflow the L2 three ti
 CUDA graph; the graph is replayed ``reps`` times, each replay timed with CUDA events; the figure is
 the median replay time divided by the calls in it. Graphs remove Python launch overhead, which is
 not the kernels' cost (``ms_eager`` records it for the auto path separately).
+
+q4_0 and q4_k also get a row of kernel "int8" (path "int8", the int8-activation kernel) wherever it
+takes the call (M <= 16): shown in the table as "/ int8 <us>" after the format's best exact kernel,
+never counted as that best. Its error column is a few 1e-3 by design (x rounded to int8), not a
+defect (INT8_NOTE).
 """
 from __future__ import annotations
 
@@ -28,6 +33,8 @@ VEC_MAX_M = 128      # the vec path re-reads W per row; larger M takes seconds
 GEMV_MAX_M = 16      # likewise the one-row CUDA-core kernel
 PAIRED_MIN_M = 512   # from here (compute-bound) the ratio to cuBLAS is also timed interleaved
 WGMMA_MIN_M, WGMMA_BENCH_MAX_M = 17, 512  # the Hopper kernel (sm_90): timed where auto may take it and one step past
+INT8_NOTE = ("int8: path 'int8' (q4_0 / q4_k, M <= 16) rounds x to int8 (one scale per 32 elements, q4_k per 256): "
+             "its max rel err of a few 1e-3 is expected")
 
 
 def _graph(calls: list[Callable[[], object]]) -> Callable[[], None]:
@@ -100,11 +107,26 @@ def _row(N: int, K: int, M: int, name: str, kernel: str, ms: float, weight_bytes
             "weight_GBps": weight_bytes / (ms * 1e-3) / 1e9}
 
 
+def _checked_timed_row(call: Callable[[int], torch.Tensor], n_sets: int, ref: torch.Tensor, reps: int, N: int,
+                       K: int, M: int, fmt: str, kernel: str, wbytes: int) -> dict:
+    """Check ``call(0)`` against ``ref`` (output NaN-poisoned, so an unwritten element shows), time
+    ``call(j)`` over the ``n_sets`` rotating weight sets, print and return the row."""
+    os.environ["UQR_POISON"] = "1"
+    err = _errors(call(0), ref)
+    os.environ.pop("UQR_POISON")
+    ms = _time_calls([lambda j=j: call(j) for j in range(n_sets)], reps)
+    r = _row(N, K, M, fmt, kernel, ms, wbytes)
+    r.update(err)
+    print(f"  {fmt:10s} M={M:5d} {kernel:8s} {ms*1e3:9.1f} us {r['tflops']:7.1f} TFLOP/s "
+          f"{r['weight_GBps']:7.0f} GB/s err {r['max_rel_err']:.1e}", flush=True)
+    return r
+
+
 def bench_shape(N: int, K: int, Ms, formats, reps: int, l2: int, rows: list) -> None:
     """Time and check every format and peer on one weight shape, appending rows."""
     from .triton_kernels import configs
     from .triton_kernels.configs import QMMA_MID_MAX_ROWS as QMMA_BENCH_MAX_M
-    from .triton_kernels.dispatch import gemm_triton, qmma_available, qmma_fits, wgmma_fits
+    from .triton_kernels.dispatch import gemm_triton, int8_available, int8_fits, qmma_available, qmma_fits, wgmma_fits
     from .triton_kernels.formats_meta import block_geometry
     from .triton_kernels.testing import random_packed, reference_dequantize
 
@@ -156,15 +178,13 @@ def bench_shape(N: int, K: int, Ms, formats, reps: int, l2: int, rows: list) -> 
                 for kernel in (kernels if path == "mma" else ["fused"]):
                     def call(j, path=path, kernel=kernel):
                         return gemm_triton(xs[j], W[j], fmt, N, K, g, path=path, kernel=kernel)
-                    os.environ["UQR_POISON"] = "1"
-                    err = _errors(call(0), ref)
-                    os.environ.pop("UQR_POISON")
-                    ms = _time_calls([lambda j=j: call(j) for j in range(n_sets)], reps)
-                    r = _row(N, K, M, fmt, kernel if path == "mma" else "vec", ms, wbytes)
-                    r.update(err)
-                    rows.append(r)
-                    print(f"  {fmt:10s} M={M:5d} {r['kernel']:8s} {ms*1e3:9.1f} us {r['tflops']:7.1f} TFLOP/s "
-                          f"{r['weight_GBps']:7.0f} GB/s err {r['max_rel_err']:.1e}", flush=True)
+                    rows.append(_checked_timed_row(call, n_sets, ref, reps, N, K, M, fmt,
+                                                   kernel if path == "mma" else "vec", wbytes))
+            if int8_available() and int8_fits(xs[0], W[0], fmt, K, g, False, M):
+                # Forced kernel: a row labelled int8 never measures auto's fallback.
+                def call_int8(j):
+                    return gemm_triton(xs[j], W[j], fmt, N, K, g, path="int8", kernel="int8")
+                rows.append(_checked_timed_row(call_int8, n_sets, ref, reps, N, K, M, fmt, "int8", wbytes))
             if M >= PAIRED_MIN_M:
                 # The auto path against cuBLAS, replays interleaved (_time_paired): the ratio row.
                 ms_c, ms_f = _time_paired([lambda j=j: X[j % len(X)][:M] @ Wd[j].t()
@@ -269,9 +289,10 @@ def table(rows: list) -> str:
             b = min(c, key=lambda r: r["ms"])
             return f"{b['ms']*1e3:.1f} ({b['kernel'][0]})"
         cells = [best(f) for f in FORMATS]
-        vec = [r for r in sel if r["fmt"] == "ternary" and r["kernel"] == "vec"]
-        if vec:
-            cells[-1] += f" / vec {vec[0]['ms']*1e3:.1f}"
+        # Other paths ride along in the format's cell (ternary's vec; int8, not exact, never its best).
+        for r in sel:
+            if r["kernel"] in ("vec", "int8") and r["fmt"] in FORMATS:
+                cells[FORMATS.index(r["fmt"])] += f" / {r['kernel']} {r['ms']*1e3:.1f}"
         lines.append(f"| {N}x{K} | {M} | {best('bf16', ('cublas',))} | {best('int4_g32', ('tinygemm',))} | "
                      + " | ".join(cells) + " |")
     paired = [r for r in rows if r.get("kernel") == "auto_paired"]
@@ -284,6 +305,8 @@ def table(rows: list) -> str:
                 c = [r for r in paired if (r["N"], r["K"], r["M"], r["fmt"]) == (N, K, M, f)]
                 cells.append(f"{c[0]['ratio_vs_cublas']:.2f}" if c else "-")
             lines.append(f"| {N}x{K} | {M} | " + " | ".join(cells) + " |")
+    if any(r.get("kernel") == "int8" for r in rows):
+        lines += ["", INT8_NOTE]
     return "\n".join(lines)
 
 

@@ -21,8 +21,10 @@ SCHEMA = ("uqr::gemm(Tensor x, Tensor w, str fmt, int N, int K, int group_size, 
           "bool in_heads, str path) -> Tensor")
 FORMATS = ("q4_0", "q4_1", "q8_0", "q4_k", "mlx4", "var_affine", "exl3", "ternary")
 PATHS = ("auto", "mma", "vec", "int8")
-# Formats that path "int8" (int8 activations, integer dot products; CPU only) handles.
+# Formats that path "int8" (int8 activations, integer dot products) handles, and the devices that
+# have it (the Metal shaders do not).
 INT8_FORMATS = ("q4_0", "q4_k")
+INT8_DEVICES = ("cpu", "cuda")
 ACTIVATION_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 BACKENDS = (None, "metal-emu")
 
@@ -78,9 +80,14 @@ def gemm(x: torch.Tensor, qt: Any, out_heads: Optional[int] = None, in_heads: bo
         out_heads: None/0 for ``y: [..., M, N]``; H to get ``y: [..., H, M, N/H]`` written directly.
         in_heads: read x as head-strided (see above).
         path: "auto" (default), "mma" (decode then matrix multiply), "vec" (ternary only:
-            add/subtract, no multiply per weight) or "int8" (CPU, q4_0 / q4_k only: x rounded to
-            int8 with one fp32 scale per 32 elements, then integer dot products; faster at small
-            M, a few 1e-3 relative error from the activation rounding).
+            add/subtract, no multiply per weight) or "int8" (q4_0 / q4_k only, opt-in: x rounded
+            to int8 with one fp32 scale per 32 elements, per 256 for q4_k, then integer dot
+            products; faster at small M, a few 1e-3 relative error from the activation rounding).
+            On CPU int8 serves any M. On CUDA it runs the int8 tensor-core kernel for bf16 / fp16
+            x of up to 16 activation rows (batch * M); every other CUDA call (more rows, fp32 x,
+            a shape or alignment that kernel does not take, an extension built without it)
+            silently runs the exact path "auto".
+            Not on MPS or the Metal emulator.
         backend: None (x's device) or "metal-emu" (the Metal shaders run by the CPU emulator).
 
     Returns:
@@ -113,9 +120,9 @@ def gemm(x: torch.Tensor, qt: Any, out_heads: Optional[int] = None, in_heads: bo
     group_size = int(qt.group_size) if qt.fmt == "mlx4" else 0
     if backend not in BACKENDS:
         raise ValueError(f"backend: expected None or 'metal-emu', got {backend!r}")
-    if path == "int8" and (backend is not None or x.device.type != "cpu"):
+    if path == "int8" and (backend is not None or x.device.type not in INT8_DEVICES):
         where = backend if backend is not None else x.device.type
-        raise ValueError(f"path='int8' exists only for CPU tensors with backend=None, not on {where!r}")
+        raise ValueError(f"path='int8' exists only for CPU and CUDA tensors with backend=None, not on {where!r}")
     if backend == "metal-emu":
         from . import metal_emu
         return metal_emu.gemm(x, w, qt.fmt, N, K, group_size, heads, in_heads, path)

@@ -9,6 +9,7 @@
 #include <c10/cuda/CUDAGuard.h>
 #include <torch/library.h>
 
+#include "qmma_int8.h"
 #include "qmma_small_m.h"
 #include "uqr/check.h"
 #include "uqr/gemm_args.h"
@@ -69,17 +70,38 @@ at::Tensor wgmma_cuda(const at::Tensor& x, const at::Tensor& w, c10::string_view
   return y;
 }
 
+// uqr::_int8_cuda: path "int8" (qmma_int8.cu), same arguments; x is first rounded to int8 codes
+// and per-block scales in two scratch tensors.
+at::Tensor int8_cuda(const at::Tensor& x, const at::Tensor& w, c10::string_view fmt, int64_t N, int64_t K,
+                     int64_t group_size, int64_t out_heads, bool in_heads) {
+  GemmPlan plan = checked_plan("uqr::_int8_cuda", int8_unsupported, x, w, fmt, N, K, group_size, out_heads, in_heads);
+  at::Tensor y = allocate_output(plan, x.options());
+  if (y.numel() == 0) return y;
+  const c10::cuda::CUDAGuard guard(x.device());
+  const int64_t rows = static_cast<int64_t>(plan.p.batch) * plan.p.M;
+  at::Tensor xq = at::empty({rows, K}, x.options().dtype(at::kChar));
+  at::Tensor xm = at::empty({rows, K / 32, 2}, x.options().dtype(at::kInt));
+  const cudaError_t err = qmma_int8(plan.x_used.data_ptr(), xq.data_ptr<int8_t>(),
+                                    reinterpret_cast<int2*>(xm.data_ptr<int32_t>()), w.data_ptr<uint8_t>(), w.stride(0),
+                                    y.data_ptr(), plan.p, x.scalar_type() == at::kBFloat16,
+                                    c10::cuda::getCurrentCUDAStream());
+  UQR_CHECK(err == cudaSuccess, "uqr::_int8_cuda: kernel launch failed: ", cudaGetErrorString(err));
+  return y;
+}
+
 }  // namespace
 }  // namespace cuda
 }  // namespace uqr
 
 TORCH_LIBRARY_FRAGMENT(uqr, m) {
   m.def("_qmma_cuda(Tensor x, Tensor w, str fmt, int N, int K, int group_size, int out_heads, bool in_heads) -> Tensor");
+  m.def("_int8_cuda(Tensor x, Tensor w, str fmt, int N, int K, int group_size, int out_heads, bool in_heads) -> Tensor");
   m.def("_wgmma_cuda(Tensor x, Tensor w, str fmt, int N, int K, int group_size, int out_heads, bool in_heads) -> Tensor");
 }
 
 TORCH_LIBRARY_IMPL(uqr, CUDA, m) {
   m.impl("_qmma_cuda", &uqr::cuda::qmma_cuda);
   m.impl("_wgmma_cuda", &uqr::cuda::wgmma_cuda);
+  m.impl("_int8_cuda", &uqr::cuda::int8_cuda);
 }
 #endif  // UQR_WITH_CUDA

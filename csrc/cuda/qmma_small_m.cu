@@ -11,6 +11,7 @@
 // RowRing adds 64-bit address work to every stage's copies (PTX), so neither is used here.
 #include "qmma_small_m.h"
 #include "cuda_common.cuh"
+#include "ksplit.cuh"
 #include "qmma_traits.cuh"
 
 namespace uqr {
@@ -19,7 +20,7 @@ namespace {
 
 using namespace qmma;
 
-constexpr int kMaxWarpsK = 8;
+constexpr int kMaxWarpsK = ksplit::kMaxWarps;
 // Three stages: enough to overlap (each is 2.3-4.4 KB per warp) and small enough that a whole
 // 14336-row grid is resident at once (v9: with four, 896 CTAs needed 1.13 waves).
 constexpr int kStages = 3;
@@ -235,78 +236,22 @@ __global__ void __launch_bounds__(kMaxWarpsK * 32) __maxnreg__((max_regs<F, NT>(
     }
     __syncwarp();  // the slot is refilled by the next iteration's issue
   }
-  cp_async_wait<0>();
-  __syncthreads();
-
-  // Partial sums of the K-splitting warps -> warp 0 (the ring is free now).
-  float* red = reinterpret_cast<float*>(smem);
-  if (warp > 0) {
-#pragma unroll
-    for (int t = 0; t < NT; ++t)
-#pragma unroll
-      for (int q = 0; q < 4; ++q) red[((warp - 1) * NT * 4 + t * 4 + q) * 32 + lane] = acc[t][q];
-  }
-  __syncthreads();
-  if (warp != 0) return;
+  float total[NT][4];
+  if (!ksplit::drain_and_sum<NT>(acc, reinterpret_cast<float*>(smem), warp, warps_k, lane, total)) return;
 #pragma unroll
   for (int t = 0; t < NT; ++t)
 #pragma unroll
-    for (int q = 0; q < 4; ++q) {
-      float v = acc[t][q];
-      for (int wk = 1; wk < warps_k; ++wk) v += red[((wk - 1) * NT * 4 + t * 4 + q) * 32 + lane];
-      store_acc<T>(p, a.y, a.rows, row0, 0, g, c, t, q, v);
-    }
+    for (int q = 0; q < 4; ++q) store_acc<T>(p, a.y, a.rows, row0, 0, g, c, t, q, total[t][q]);
 }
 
 constexpr size_t ring_bytes(int warps_k, int sb) { return static_cast<size_t>(warps_k) * kStages * kRows * sb; }
 
-// The largest shared-memory request any launch of this instantiation makes, allowed once (so no
-// call being captured into a CUDA graph has to change function attributes, and the occupancy
-// query below sees the real limit).
 template <class F, typename T, int NT>
-cudaError_t allow_smem() {
+const ksplit::Residency& residency() {
   constexpr int sb = stage_blocks(F::kElems, F::kBytes) * F::kBytes;
-  static const cudaError_t attr = cudaFuncSetAttribute(
-      qmma_small_m_kernel<F, T, NT>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-      static_cast<int>(ring_bytes(kMaxWarpsK, sb)));
-  return attr;
-}
-
-// Resident CTAs per SM for 1, 2, 4, 8 K-splitting warps (each with its own ring size): depends
-// only on the instantiation, so it is asked once instead of on every call.
-static_assert(kMaxWarpsK == 8, "Residency holds 1, 2, 4, 8 warps");
-struct Residency {
-  cudaError_t err = cudaSuccess;
-  int per_sm[4] = {0, 0, 0, 0};
-};
-
-template <class F, typename T, int NT>
-const Residency& residency() {
-  static const Residency r = [] {
-    Residency out;
-    constexpr int sb = stage_blocks(F::kElems, F::kBytes) * F::kBytes;
-    if ((out.err = allow_smem<F, T, NT>()) != cudaSuccess) return out;
-    for (int i = 0, wk = 1; wk <= kMaxWarpsK; ++i, wk *= 2) {
-      out.err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&out.per_sm[i], qmma_small_m_kernel<F, T, NT>,
-                                                              wk * 32, ring_bytes(wk, sb));
-      if (out.err != cudaSuccess) break;
-    }
-    return out;
-  }();
+  static const ksplit::Residency r =
+      ksplit::residency_of(qmma_small_m_kernel<F, T, NT>, [](int wk) { return ring_bytes(wk, sb); });
   return r;
-}
-
-// K-splitting warps per CTA: as many as keep the whole grid resident in one wave (a second, mostly
-// empty wave cost ~2x in v9), with >= 2 stages per warp so the ring has something to overlap.
-inline int pick_warps_k(const Residency& res, int n_stages, int grid) {
-  const int sms = sm_count();
-  int warps_k = 1;
-  for (int i = 3, wk = kMaxWarpsK; wk >= 1; --i, wk /= 2) {
-    if (wk > 1 && n_stages < 2 * wk) continue;
-    warps_k = wk;
-    if (static_cast<int64_t>(res.per_sm[i]) * sms >= grid) break;
-  }
-  return warps_k;
 }
 
 template <class F, typename T, int NT>
@@ -321,10 +266,10 @@ cudaError_t launch_grid(const QmmaArgs& a, int grid, int warps_k, cudaStream_t s
 template <class F, typename T, int NT>
 cudaError_t launch_nt(const QmmaArgs& a, cudaStream_t stream) {
   constexpr int kStageElems = stage_blocks(F::kElems, F::kBytes) * F::kElems;
-  const Residency& res = residency<F, T, NT>();
+  const ksplit::Residency& res = residency<F, T, NT>();
   if (res.err != cudaSuccess) return res.err;
   const int grid = (a.p.N + kRows - 1) / kRows;
-  return launch_grid<F, T, NT>(a, grid, pick_warps_k(res, a.p.K / kStageElems, grid), stream);
+  return launch_grid<F, T, NT>(a, grid, ksplit::pick_warps(res, a.p.K / kStageElems, grid), stream);
 }
 
 template <class F, typename T>

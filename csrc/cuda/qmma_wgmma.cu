@@ -12,7 +12,8 @@
 // ahead), otherwise in whole stages (WgLayout).
 //
 // x goes through a small pre-pass (permute_x_kernel): the codes of qmma_traits.cuh sit in the A
-// fragment in a permuted k order (a lane's pair (v, v+2) at k positions (2c, 2c+1)); mma.sync
+// fragment in a permuted k order (a lane's pair (v, v+2) at k positions (2c, 2c+1); q4_k has its
+// own order here, one sub-block a lane: WgDecode); mma.sync
 // kernels permute x the same way in registers, but wgmma reads B straight from shared memory. So
 // each row of x is rewritten once, in the order the codes use, into a contiguous scratch matrix
 // (also gathering batched and head-strided x): rows x K elements, a small copy next to the weights
@@ -98,25 +99,39 @@ __host__ __device__ constexpr bool wg_fits() {
   return WgLayout<F, BM, CTAS>::kFits;
 }
 
-// The x element (offset within its 16/32-element group's base) that goes to k position kpos of the
-// permuted order the codes use (see the file comment):
-// kWideX = false: per 16 elements, the even ones then the odd ones; mlx4 (kWideX): per 32, lane c's
-// k-step h takes elements 8c + {2h, 2h+4, 2h+1, 2h+5} at k positions 16h + {2c, 2c+1, 2c+8, 2c+9}.
-template <bool kWide>
+// The order x is permuted into (see the file comment): 0 = per 16 elements, the even ones then the
+// odd ones; 1 = mlx4's (kWideX); 2 = q4_k's lane-per-sub-block order (WgDecode below).
+template <class F>
+__host__ __device__ constexpr int wg_perm() {
+  return std::is_same<F, Traits<UQR_Q4_K>>::value ? 2 : F::kWideX ? 1 : 0;
+}
+
+// The x element that goes to k position kpos (0..31) of a thread's 32 outputs, as an index into
+// the 32 elements it loaded (permute_x_kernel):
+// kPerm 0: the 32 consecutive elements; per 16, the even ones then the odd ones;
+// kPerm 1 (mlx4): the 32 consecutive elements; lane c's k-step h takes elements
+//   8c + {2h, 2h+4, 2h+1, 2h+5} at k positions 16h + {2c, 2c+1, 2c+8, 2c+9};
+// kPerm 2 (q4_k): 8 consecutive elements of each of four sub-blocks (8c + i: sub-block c's, see
+//   permute_x_kernel); the k-step's columns 2c, 2c+1 / 2c+8, 2c+9 take sub-block c's elements
+//   (4t, 4t+2) / (4t+1, 4t+3) of its word t, as WgDecode<q4_k>'s code pairs.
+template <int kPerm>
 __device__ __forceinline__ int permuted_source(int kpos) {
-  if constexpr (!kWide) {
+  if constexpr (kPerm == 0) {
     const int q = kpos & 15, base = kpos & ~15;
     return base + (q < 8 ? 2 * q : 2 * (q - 8) + 1);
-  } else {
+  } else if constexpr (kPerm == 1) {
     const int base = kpos & ~31, h = (kpos >> 4) & 1, q = kpos & 15, c = (q & 7) >> 1;
     const int off = (q & 1 ? 4 : 0) + (q >= 8 ? 1 : 0);
     return base + 8 * c + 2 * h + off;
+  } else {
+    const int t = kpos >> 4, col = kpos & 15, c = (col & 7) >> 1;
+    return 8 * c + 4 * t + (col >> 3) + 2 * (col & 1);
   }
 }
 
 // One thread per 32 elements of one x row: 8-byte loads (qmma_unsupported guarantees alignment),
 // the permutation in registers (indices fold to constants), 16-byte stores.
-template <typename T, bool kWide>
+template <typename T, int kPerm>
 __global__ void permute_x_kernel(const QmmaArgs a, T* __restrict__ xp) {
   const uqr_gemm_params& p = a.p;
   const int groups = p.K / 32;
@@ -124,15 +139,29 @@ __global__ void permute_x_kernel(const QmmaArgs a, T* __restrict__ xp) {
   if (idx >= static_cast<int64_t>(a.rows) * groups) return;
   const int r = static_cast<int>(idx / groups), kg = static_cast<int>(idx - static_cast<int64_t>(r) * groups);
   const int b = r / p.M, m = r - b * p.M;
-  const T* src = static_cast<const T*>(a.x) + uqr_x_row_offset(p, b, m) + x_stage_offset(p, 32 * kg);
   unsigned short v[32];
+  auto load8 = [&](const T* src, int i0) {  // 8 elements into v[i0 ..]
 #pragma unroll
-  for (int i = 0; i < 8; ++i) {
-    const uint2 w = *reinterpret_cast<const uint2*>(src + 4 * i);
-    v[4 * i] = w.x & 0xFFFFu;
-    v[4 * i + 1] = w.x >> 16;
-    v[4 * i + 2] = w.y & 0xFFFFu;
-    v[4 * i + 3] = w.y >> 16;
+    for (int i = 0; i < 2; ++i) {
+      const uint2 w = *reinterpret_cast<const uint2*>(src + 4 * i);
+      v[i0 + 4 * i] = w.x & 0xFFFFu;
+      v[i0 + 4 * i + 1] = w.x >> 16;
+      v[i0 + 4 * i + 2] = w.y & 0xFFFFu;
+      v[i0 + 4 * i + 3] = w.y >> 16;
+    }
+  };
+  if constexpr (kPerm == 2) {
+    // Outputs 32 j .. 32 j + 31 of a 256-element block = k-steps 2j, 2j + 1 = words 2 (j & 3), +1 of
+    // sub-blocks 2c + (j >> 2): elements 8 (j & 3) .. +7 of each of those four sub-blocks.
+    const int j = kg & 7;
+    const T* src = static_cast<const T*>(a.x) + uqr_x_row_offset(p, b, m) + x_stage_offset(p, 256 * (kg >> 3)) +
+                   32 * (j >> 2) + 8 * (j & 3);
+#pragma unroll
+    for (int c = 0; c < 4; ++c) load8(src + 64 * c, 8 * c);
+  } else {
+    const T* src = static_cast<const T*>(a.x) + uqr_x_row_offset(p, b, m) + x_stage_offset(p, 32 * kg);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) load8(src + 8 * i, 8 * i);
   }
   uint4* dst = reinterpret_cast<uint4*>(xp + static_cast<int64_t>(r) * p.K + 32 * kg);
 #pragma unroll
@@ -141,7 +170,7 @@ __global__ void permute_x_kernel(const QmmaArgs a, T* __restrict__ xp) {
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
       const int k = 8 * i + 2 * j;
-      o[j] = v[permuted_source<kWide>(k)] | (static_cast<uint32_t>(v[permuted_source<kWide>(k + 1)]) << 16);
+      o[j] = v[permuted_source<kPerm>(k)] | (static_cast<uint32_t>(v[permuted_source<kPerm>(k + 1)]) << 16);
     }
     dst[i] = make_uint4(o[0], o[1], o[2], o[3]);
   }
@@ -155,6 +184,111 @@ __device__ __forceinline__ void wgmma_step(float (&acc)[BM / 2], const uint32_t 
   if constexpr (BM == 128) wg::mma_m64n128k16(acc, a, desc, TypeTag<T>{});
   else wg::mma_m64n64k16(acc, a, desc, TypeTag<T>{});
 }
+
+// (lo, lo) / (hi, hi) of a T pair.
+template <typename T>
+__device__ __forceinline__ uint32_t lo_pair(uint32_t v) {
+  const Pair<T> p = *reinterpret_cast<const Pair<T>*>(&v);
+  Pair<T> r;
+  if constexpr (std::is_same<T, __nv_bfloat16>::value) r = __low2bfloat162(p);
+  else r = __low2half2(p);
+  return *reinterpret_cast<const uint32_t*>(&r);
+}
+template <typename T>
+__device__ __forceinline__ uint32_t hi_pair(uint32_t v) {
+  const Pair<T> p = *reinterpret_cast<const Pair<T>*>(&v);
+  Pair<T> r;
+  if constexpr (std::is_same<T, __nv_bfloat16>::value) r = __high2bfloat162(p);
+  else r = __high2half2(p);
+  return *reinterpret_cast<const uint32_t*>(&r);
+}
+
+// A batch's A fragments, af[u][kk] = k-step 2u + kk of sub-blocks jb .. jb + U - 1 of the stage at
+// buf (this warp's 16 rows, row pitch sb); stage() runs once a stage, before its first batch. Every
+// format but q4_k: qmma_traits.cuh's codes and per-sub-block scales, x in order wg_perm 0 or 1.
+template <class F, typename T, int U>
+struct WgDecode {
+  __device__ WgDecode(int) {}
+  __device__ void stage(const unsigned char*, int, int) {}
+  __device__ void frags(const unsigned char* buf, int sb, int jb, int g, int c, uint32_t (&af)[U][2][4]) const {
+    const typename F::Scales sg(buf + g * sb, jb), sg8(buf + (g + 8) * sb, jb);
+#pragma unroll
+    for (int u = 0; u < U; ++u) a_fragments<F, T>(buf, sb, jb + u, g, c, sg.at(u), sg8.at(u), af[u][0], af[u][1]);
+  }
+};
+
+// q4_k: lane c of a fragment row owns one whole sub-block per 8 k-steps - sub-block 2c in k-steps
+// 0-7 of the stage (the low nibbles of qs[32c .. 32c + 31]), 2c + 1 in k-steps 8-15 (the high ones),
+// word t of those 32 bytes in k-step t - and x is permuted to match (wg_perm 2). So a lane needs
+// one (a, b) per row and half stage, not all 8 sub-blocks' (the 4 lanes of a row computed the same
+// ones: v29's 617 instructions a stage against q4_0's 497), and its codes come in 16-byte loads.
+// The weights stay w = fma(q, a, b) in T with a = d sc and b = -dmin m rounded from fp32, as
+// Traits<UQR_Q4_K>::WordScales + scale_codes round them.
+template <typename T, int U>
+struct WgDecode<Traits<UQR_Q4_K>, T, U> {
+  static_assert(U == 2 || U == 4, "batches within a half stage");
+  static_assert(RowRing<Traits<UQR_Q4_K>>::kStageBlocks == 1 && RowRing<Traits<UQR_Q4_K>>::kStageBytes % 16 == 0,
+                "a stage row is one block, 16-byte aligned (uint4 loads)");
+  // Lane constants: this lane's scale bytes s' = 2 (c & 1) (half 0) and s' + 1 (half 1) of two
+  // words, interleaved; lanes 2, 3 (sub-blocks 4-7) take the high scale / min formula.
+  uint32_t sel, mlo, mhi;
+  bool up;
+  uint32_t ab[2][2];  // T pairs (a, b) of rows g, g + 8 and halves 0, 1 of the current stage
+  __device__ WgDecode(int c) {
+    const uint32_t s0 = 2u * (c & 1);
+    sel = s0 | (s0 + 4) << 4 | (s0 + 1) << 8 | (s0 + 5) << 12;
+    up = c >= 2;
+    mlo = up ? 0x0F0F0F0Fu : 0x3F3F3F3Fu;
+    mhi = up ? 0x30303030u : 0u;
+  }
+  // Per row: d, dmin and scales[0..11] in one 16-byte load; bytes (sc, m) of both halves as
+  // uqr_q4_k_scale_min_words unpacks them, then a = d sc, b = -dmin m.
+  __device__ void stage(const unsigned char* buf, int sb, int g) {
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const uint4 hd = *reinterpret_cast<const uint4*>(buf + (g + 8 * r) * sb);
+      const uint32_t x = __byte_perm(up ? hd.w : hd.y, up ? hd.w >> 4 : hd.z, sel);
+      const uint32_t y = __byte_perm(hd.y, hd.z, sel);
+      const uint32_t sm = (x & mlo) | ((y >> 2) & mhi);  // sc0, m0, sc1, m1
+      const float d = __half2float(__ushort_as_half(static_cast<unsigned short>(hd.x & 0xFFFFu)));
+      const float dmin = __half2float(__ushort_as_half(static_cast<unsigned short>(hd.x >> 16)));
+#pragma unroll
+      for (int h = 0; h < 2; ++h)
+        ab[r][h] = pack_pair<T>(d * static_cast<float>((sm >> (16 * h)) & 0xFFu),
+                                -dmin * static_cast<float>((sm >> (16 * h + 8)) & 0xFFu));
+    }
+  }
+  __device__ void frags(const unsigned char* buf, int sb, int jb, int g, int c, uint32_t (&af)[U][2][4]) const {
+    const int h = jb >> 2, t0 = (2 * jb) & 7;  // half, first word (jb: a multiple of U)
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const uint4* qs = reinterpret_cast<const uint4*>(buf + (g + 8 * r) * sb + 16 + 32 * c + 4 * t0);
+      uint32_t w[2 * U];
+#pragma unroll
+      for (int i = 0; i < U / 2; ++i) {
+        const uint4 v = qs[i];
+        w[4 * i] = v.x, w[4 * i + 1] = v.y, w[4 * i + 2] = v.z, w[4 * i + 3] = v.w;
+      }
+      const uint32_t a2 = lo_pair<T>(ab[r][h]), b2 = hi_pair<T>(ab[r][h]);
+#pragma unroll
+      for (int t = 0; t < 2 * U; ++t) {
+        // The exact code pairs (q, q') in T.
+        uint32_t q0 = minus_code<T>(code_pair<T>(w[t], 4 * h), 0);
+        uint32_t q1 = minus_code<T>(code_pair<T>(w[t], 4 * h + 8), 0);
+        if constexpr (std::is_same<T, __half>::value) {
+          if (h == 1) {
+            // fp16, high nibbles: left at bits 4-7 (1024 + 16 q, inside the 10-bit mantissa), then
+            // (1024 + 16 q) / 16 - 64 = q in one exact HFMA2: one shift a word instead of two.
+            q0 = fma_pair<T>(code_pair<T, 0x00F000F0u>(w[t], 0), 0x2C002C00u, 0xD400D400u);
+            q1 = fma_pair<T>(code_pair<T, 0x00F000F0u>(w[t], 8), 0x2C002C00u, 0xD400D400u);
+          }
+        }
+        af[t >> 1][t & 1][r] = fma_pair<T>(q0, a2, b2);
+        af[t >> 1][t & 1][2 + r] = fma_pair<T>(q1, a2, b2);
+      }
+    }
+  }
+};
 
 struct WgArgs {
   QmmaArgs q;     // q.x = the permuted scratch matrix [q.rows][K] (permute_x_kernel's output)
@@ -227,11 +361,10 @@ __global__ void __launch_bounds__(kWgWarps * 32, CTAS) qmma_wgmma_kernel(const W
   // One batch: sub-blocks jb .. jb + U - 1 of the weight slot at buf (this warp's 16 rows), times
   // the x tile whose sub-block jx starts at chunk jx / 2, byte 64 (jx & 1) of the swizzled rows at
   // desc0 (the second k-step 32 bytes further); x_sub0 = jb's sub-block there.
+  WgDecode<F, T, U> dec(c);
   auto batch = [&](const unsigned char* buf, int jb, uint64_t desc0, int x_sub0) {
-    const typename F::Scales sg(buf + g * sb, jb), sg8(buf + (g + 8) * sb, jb);
     uint32_t af[U][2][4];
-#pragma unroll
-    for (int u = 0; u < U; ++u) a_fragments<F, T>(buf, sb, jb + u, g, c, sg.at(u), sg8.at(u), af[u][0], af[u][1]);
+    dec.frags(buf, sb, jb, g, c, af);
     wg::fence();
 #pragma unroll
     for (int u = 0; u < U; ++u) {
@@ -274,6 +407,7 @@ __global__ void __launch_bounds__(kWgWarps * 32, CTAS) qmma_wgmma_kernel(const W
         wg::fence_proxy_async();
         __syncthreads();
         issue(v + D);
+        if (h == 0) dec.stage(buf, sb, g);
         batch(buf, h * U, wg::smem_desc_sw128(xring + (v % XS) * L::kHalfXBytes), 0);
       }
     }
@@ -301,6 +435,7 @@ __global__ void __launch_bounds__(kWgWarps * 32, CTAS) qmma_wgmma_kernel(const W
       issue(i + S - 1);
       const unsigned char* st = smem + static_cast<size_t>(slot_out) * L::kStageBytes;
       const uint64_t desc0 = wg::smem_desc_sw128(st);
+      dec.stage(st + L::kXBytes + warp * Ring::kSlotBytes, sb, g);
 #pragma unroll
       for (int jb = 0; jb < kSubsPerStage; jb += U) batch(st + L::kXBytes + warp * Ring::kSlotBytes, jb, desc0, jb);
       // Every MMA reading this slot is done before the next barrier hands it to the copies: ptxas
@@ -450,7 +585,7 @@ cudaError_t run_wgmma(WgArgs wa, T* xp, cudaStream_t stream) {
   if (!wgmma_compiled<F, T>()) return cudaErrorNoKernelImageForDevice;
   QmmaArgs& a = wa.q;
   const int64_t threads = static_cast<int64_t>(a.rows) * (a.p.K / 32);
-  permute_x_kernel<T, F::kWideX><<<static_cast<unsigned>((threads + 255) / 256), 256, 0, stream>>>(a, xp);
+  permute_x_kernel<T, wg_perm<F>()><<<static_cast<unsigned>((threads + 255) / 256), 256, 0, stream>>>(a, xp);
   if (const cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
   // The kernel reads the permuted copy: contiguous rows of K, no heads, batch folded into rows.
   a.x = xp;

@@ -77,6 +77,15 @@ QMMA_MID_MAX_ROWS_WITH_WGMMA = 16
 QMMA_MID_FORMAT_MAX_ROWS_WITH_WGMMA: dict[str, int] = {"q8_0": 32}
 QMMA_MID_FORMAT_MAX_ROWS: dict[str, int] = {"q8_0": 32}
 QMMA_MID_MIN_N = 8192
+# The CUDA C++ int8 kernel (csrc/cuda/qmma_int8.cu, op uqr::_int8_cuda) takes up to this many
+# activation rows: its two 8-wide MMA column tiles (kInt8MaxRows there).
+INT8_MAX_ROWS = 16
+# Path "int8" (opt-in: x rounded to int8, integer dot products) runs it up to these row counts, where
+# it measured faster than the exact small-M kernel; other calls take path "auto", which is exact and
+# was as fast or faster. v34 (results/h200_v34_int8_probe.json; exact vs int8, us), 14336 x 4096:
+# q4_k 23.8 vs 16.8 at 1 row, 25.3 vs 24.3 at 8, 34.5 vs 34.5 at 16; q4_0 19.1 vs 17.5 at 1 row,
+# 22.0 vs 28.8 at 8 (its per-block scale and zero terms load per column; q4_k's per 256 elements).
+INT8_AUTO_MAX_ROWS: dict[str, int] = {"q4_0": 1, "q4_k": 8}
 # Path "auto" takes the Hopper wgmma kernel (csrc/cuda/qmma_wgmma.cu, op uqr::_wgmma_cuda) on an
 # sm_90 GPU for the (first, last, least N, least K) row ranges of its format, where neither small-M
 # kernel took the call first (qmma_auto). Measured wgmma vs scratch (and the mid-M kernel), in us:

@@ -12,7 +12,13 @@
                    csrc/cuda/qmma_wgmma.cu (op uqr::_wgmma_cuda) for the rows of
                    configs.WGMMA_ROWS (wgmma_auto); else vec for ternary at tiny M; gemv.py (CUDA
                    cores) at tiny M; else as mma
-The thresholds live in configs.py and come from the H200 benchmark.
+    path "int8" -> (q4_0 / q4_k, opt-in, not exact: x rounded to int8 per 32 / 256 elements as the
+                   CPU int8 path does) the CUDA C++ int8 tensor-core kernel csrc/cuda/qmma_int8.cu
+                   (op uqr::_int8_cuda) for bf16/fp16 x, up to configs.INT8_AUTO_MAX_ROWS rows
+                   (where it measured faster) and the shapes the small-M kernel takes
+                   (int8_fits); every other call runs as "auto"
+The thresholds live in configs.py and come from the H200 benchmark. ``kernel`` forces one kernel
+(tests, bench); a forced "qmma", "wgmma" or "int8" that does not take the call raises.
 """
 from __future__ import annotations
 
@@ -20,6 +26,7 @@ import functools
 
 import torch
 
+from ..ops import INT8_FORMATS  # defined before ops imports register.py (and so this module)
 from . import configs
 from .configs import GemmConfig, VecConfig
 from .dequant import dequantize_cuda, dequantize_triton
@@ -30,8 +37,8 @@ from .layout import GemmLayout, plan_gemm
 from .scratch_pipeline import scratch_pipelined
 from .ternary_vec import gemm_ternary_vec
 
-PATHS = ("auto", "mma", "vec")
-KERNELS = ("auto", "fused", "gemv", "scratch", "qmma", "wgmma")
+PATHS = ("auto", "mma", "vec", "int8")
+KERNELS = ("auto", "fused", "gemv", "scratch", "qmma", "wgmma", "int8")
 
 
 @functools.lru_cache(maxsize=None)
@@ -55,6 +62,12 @@ def _has_op(name: str) -> bool:
 def qmma_available() -> bool:
     """True when torch_uqr._C was compiled with the CUDA C++ tensor-core small-M kernel."""
     return _has_op("_qmma_cuda")
+
+
+@functools.lru_cache(maxsize=None)
+def int8_available() -> bool:
+    """True when torch_uqr._C was compiled with the CUDA C++ int8-activation kernel (path "int8")."""
+    return _has_op("_int8_cuda")
 
 
 @functools.lru_cache(maxsize=None)
@@ -93,6 +106,30 @@ def qmma_fits(x: torch.Tensor, w: torch.Tensor, fmt: str, K: int, group_size: in
     if not x.is_contiguous() or x.data_ptr() % (16 if rows > configs.QMMA_SMALL_MAX_ROWS else 8):
         return False
     return not in_heads or x.shape[-1] % (n * elems) == 0  # a stage must not straddle x heads
+
+
+def int8_fits(x: torch.Tensor, w: torch.Tensor, fmt: str, K: int, group_size: int, in_heads: bool,
+              rows: int) -> bool:
+    """Whether the int8 kernel (qmma_int8.cu) takes this call (mirror of int8_unsupported in C++):
+    q4_0 / q4_k, 1..INT8_MAX_ROWS rows, and the small-M kernel's conditions (qmma_fits: bf16/fp16
+    x, K and x heads whole 256-element stages, aligned x and weight rows)."""
+    if fmt not in INT8_FORMATS or not 0 < rows <= configs.INT8_MAX_ROWS:
+        return False
+    return qmma_fits(x, w, fmt, K, group_size, in_heads, rows)
+
+
+def _int8_forced(x: torch.Tensor, w: torch.Tensor, fmt: str, N: int, K: int, group_size: int,
+                 out_heads: int, in_heads: bool, rows: int) -> torch.Tensor:
+    """kernel="int8": the int8 kernel or an error saying why it cannot run (no silent fallback,
+    so a test or bench row labelled int8 measured it)."""
+    if not int8_fits(x, w, fmt, K, group_size, in_heads, rows):
+        raise ValueError(f"kernel: 'int8' takes fmt {' / '.join(INT8_FORMATS)} with bf16 or fp16 x, "
+                         f"1..{configs.INT8_MAX_ROWS} rows, K (and in_heads' head dim) a multiple of 256, contiguous "
+                         "aligned x and 16-byte-aligned w rows; "
+                         f"got fmt {fmt!r}, x {x.dtype} {list(x.shape)}, {rows} rows, K={K}")
+    if not int8_available():
+        raise RuntimeError("kernel: 'int8' needs torch_uqr._C built with the CUDA kernels (no uqr::_int8_cuda)")
+    return torch.ops.uqr._int8_cuda(x, w, fmt, N, K, group_size, out_heads, in_heads)
 
 
 def qmma_auto(fmt: str, rows: int, N: int, wgmma: bool = False) -> bool:
@@ -202,10 +239,19 @@ def gemm_triton(x: torch.Tensor, w: torch.Tensor, fmt: str, N: int, K: int, grou
         raise ValueError(f"kernel: expected one of {KERNELS}, got {kernel!r}")
     if path == "vec" and fmt != "ternary":
         raise ValueError(f"path: 'vec' is only valid for fmt 'ternary', got fmt {fmt!r}")
+    if path == "int8" and fmt not in INT8_FORMATS:
+        raise ValueError(f"path: 'int8' is only valid for fmt {' and '.join(map(repr, INT8_FORMATS))}, got fmt {fmt!r}")
     _check_weight(w, x, fmt, N, K, group_size)
     if x.dtype not in (torch.float16, torch.bfloat16, torch.float32):
         raise ValueError(f"x: expected float16, bfloat16 or float32, got {x.dtype}")
     rows = x.numel() // K
+    if kernel == "int8":
+        return _int8_forced(x, w, fmt, N, K, group_size, out_heads, in_heads, rows)
+    if path == "int8":
+        if (kernel == "auto" and rows <= configs.INT8_AUTO_MAX_ROWS[fmt] and int8_available()
+                and int8_fits(x, w, fmt, K, group_size, in_heads, rows)):
+            return torch.ops.uqr._int8_cuda(x, w, fmt, N, K, group_size, out_heads, in_heads)
+        path = "auto"  # int8 is an opt-in speed-up, not a contract: calls it would not speed up run exact
     on_hopper = x.is_cuda and wgmma_available(x.device.index if x.device.index is not None else torch.cuda.current_device())
     if kernel == "qmma" or (kernel == "auto" and path == "auto" and configs.QMMA_ENABLED and qmma_available()
                             and qmma_auto(fmt, rows, N, on_hopper) and qmma_fits(x, w, fmt, K, group_size, in_heads, rows)):

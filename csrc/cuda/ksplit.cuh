@@ -1,0 +1,80 @@
+// What the two small-M kernels (qmma_small_m.cu: exact bf16/fp16 MMAs; qmma_int8.cu: int8 x) share:
+// a CTA owns 16 weight rows and 1-8 warps that split K, each warp streaming its share through a
+// private cp.async ring; their partial sums meet in shared memory at the end. This header holds
+// that reduction and the host-side choice of how many warps split K.
+#pragma once
+#include <cuda_runtime.h>
+
+#include "cuda_common.cuh"
+
+namespace uqr {
+namespace cuda {
+namespace ksplit {
+
+constexpr int kMaxWarps = 8;
+
+// After the last stage: drains the cp.async rings, then the partial sums acc[NT][4] of the
+// K-splitting warps -> warp 0, which gets the total in `out`; returns false for the other warps
+// (nothing left for them to do). The rings' `smem` is reused: it must hold (warps - 1) * NT * 4 * 32
+// floats.
+template <int NT>
+__device__ __forceinline__ bool drain_and_sum(const float (&acc)[NT][4], float* smem, int warp, int warps, int lane,
+                                              float (&out)[NT][4]) {
+  cp_async_wait<0>();
+  __syncthreads();
+  if (warp > 0) {
+#pragma unroll
+    for (int t = 0; t < NT; ++t)
+#pragma unroll
+      for (int q = 0; q < 4; ++q) smem[((warp - 1) * NT * 4 + t * 4 + q) * 32 + lane] = acc[t][q];
+  }
+  __syncthreads();
+  if (warp != 0) return false;
+#pragma unroll
+  for (int t = 0; t < NT; ++t)
+#pragma unroll
+    for (int q = 0; q < 4; ++q) {
+      float v = acc[t][q];
+      for (int wk = 1; wk < warps; ++wk) v += smem[((wk - 1) * NT * 4 + t * 4 + q) * 32 + lane];
+      out[t][q] = v;
+    }
+  return true;
+}
+
+// Resident CTAs per SM with 1, 2, 4, 8 K-splitting warps (each with its own ring size).
+struct Residency {
+  cudaError_t err = cudaSuccess;
+  int per_sm[4] = {0, 0, 0, 0};
+};
+
+// kernel's residency when w warps take ring(w) bytes of dynamic shared memory; the largest request
+// (kMaxWarps) is allowed once first, so no launch inside a CUDA-graph capture changes attributes.
+template <class Kernel, class RingBytes>
+Residency residency_of(Kernel kernel, RingBytes ring) {
+  Residency out;
+  out.err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                 static_cast<int>(ring(kMaxWarps)));
+  if (out.err != cudaSuccess) return out;
+  for (int i = 0, wk = 1; wk <= kMaxWarps; ++i, wk *= 2) {
+    out.err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&out.per_sm[i], kernel, wk * 32, ring(wk));
+    if (out.err != cudaSuccess) break;
+  }
+  return out;
+}
+
+// K-splitting warps per CTA: as many as keep the whole grid resident in one wave (a second, mostly
+// empty wave cost ~2x in v9), with >= 2 stages per warp so the ring has something to overlap.
+inline int pick_warps(const Residency& res, int n_stages, int grid) {
+  const int sms = sm_count();
+  int warps = 1;
+  for (int i = 3, wk = kMaxWarps; wk >= 1; --i, wk /= 2) {
+    if (wk > 1 && n_stages < 2 * wk) continue;
+    warps = wk;
+    if (static_cast<int64_t>(res.per_sm[i]) * sms >= grid) break;
+  }
+  return warps;
+}
+
+}  // namespace ksplit
+}  // namespace cuda
+}  // namespace uqr

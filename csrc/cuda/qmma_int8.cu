@@ -1,0 +1,476 @@
+// Path "int8" on CUDA: q4_0 / q4_k weights times x rounded to int8, 1-16 activation rows, on the
+// integer tensor cores (mma.sync m16n8k32, u8 weights x s8 activations -> s32).
+//
+// Why: the exact small-M kernel (qmma_small_m.cu) is bound by instruction issue - at M = 1 about 45
+// instructions per 512 weights, most of them turning codes into bf16 pairs, taking off the zero
+// point and applying each block's scale after its MMAs (bench/NOTES.md v26). With x in int8 the
+// codes enter the MMA as the block stores them: m16n8k32's A fragment gives lane c of row g the
+// bytes k = 4c..4c+3 (a0) and 16+4c..16+4c+3 (a2), and a GGUF q4 code byte i holds elements i (low
+// nibble) and i + 16 (high), so a row's two registers are one word masked, and shifted and masked.
+// q4_0's -8 zero point is the MMA's C operand (-8 times the block's sum of x codes), so per 32
+// weights and output only a convert and one FMA remain; q4_k's sub-block scales and mins multiply
+// integer dot products and x sums, and floats appear once per 256 weights.
+//
+// Numerics are the CPU int8 path's (csrc/cpu/gemm_int8.cpp): one x scale d = amax / 127 per 32
+// elements (q4_0) or per 256 (q4_k, so a super-block's sub-block dots add up in integers), codes
+// round-half-even(x / d) in fp32. A pre-pass (quantize_x_kernel) writes them for all rows at once;
+// each 32-element block's codes in lane order (lane c's b0 and b1 = 8 consecutive bytes at 8c),
+// plus {d, q4_0: -8 * sum / q4_k: sum} per block.
+//
+// Work split as in qmma_small_m.cu: a CTA owns 16 weight rows and 1-8 warps that split K, each
+// streaming its rows' stages through a private cp.async ring (RowRing); x comes from global memory
+// (L1/L2: every CTA reads all of it, 1 byte an element here).
+#include <cstdlib>
+
+#include "qmma_int8.h"
+#include "cuda_common.cuh"
+#include "ksplit.cuh"
+#include "qmma_traits.cuh"
+
+namespace uqr {
+namespace cuda {
+namespace {
+
+using namespace qmma;
+
+constexpr int kStages = 3;  // as the exact small-M kernel: the whole grid resident at 14336 rows
+constexpr int kQBlock = 32;  // elements per x scale group entry (meta) and per MMA k-step
+
+struct Int8Args {
+  uqr_gemm_params p;
+  const int8_t* xq;  // [rows][K] x codes, lane-ordered per 32-element block
+  const int2* xm;    // [rows][K / 32] {bits of d, q4_0: -8 * sum of codes / q4_k: sum}
+  void* y;
+  const uint8_t* w;
+  int64_t w_row_stride;
+  int rows;
+};
+
+// x scale span per format: 32 for q4_0, a super-block for q4_k.
+template <int FMT>
+__host__ __device__ constexpr int x_span() { return FMT == UQR_Q4_K ? 256 : 32; }
+
+// One thread = 8 consecutive x elements; a span's threads are consecutive lanes of one warp
+// (K / 8 per row is a multiple of 32), so the span max and the block sum are shuffles.
+template <typename T, int FMT>
+__global__ void __launch_bounds__(256) quantize_x_kernel(const uqr_gemm_params p, const T* __restrict__ x, int rows,
+                                                         int8_t* __restrict__ xq, int2* __restrict__ xm) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");  // the main kernel may start now
+#endif
+  const int per_row = p.K / 8;
+  const int64_t t = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (t >= static_cast<int64_t>(rows) * per_row) return;  // whole warps
+  const int r = static_cast<int>(t / per_row), e = static_cast<int>(t - static_cast<int64_t>(r) * per_row);
+  const int b = r / p.M, m = r - b * p.M;
+  const T* src = x + uqr_x_row_offset(p, b, m) + x_stage_offset(p, 8 * e);
+  const uint2 raw0 = *reinterpret_cast<const uint2*>(src), raw1 = *reinterpret_cast<const uint2*>(src + 4);
+  const uint32_t words[4] = {raw0.x, raw0.y, raw1.x, raw1.y};
+  float v[8];
+  float amax = 0.f;
+#pragma unroll
+  for (int i = 0; i < 8; ++i) {
+    const unsigned short h = static_cast<unsigned short>(words[i / 2] >> (16 * (i & 1)));
+    if constexpr (std::is_same<T, __nv_bfloat16>::value) v[i] = __bfloat162float(__ushort_as_bfloat16(h));
+    else v[i] = __half2float(__ushort_as_half(h));
+    amax = fmaxf(amax, fabsf(v[i]));
+  }
+#pragma unroll
+  for (int o = 1; o < x_span<FMT>() / 8; o <<= 1) amax = fmaxf(amax, __shfl_xor_sync(0xFFFFFFFFu, amax, o));
+  // IEEE division and rounding (no fast-math in setup.py), as the CPU path's d and 1 / d.
+  const float d = amax / 127.f;
+  const float id = d != 0.f ? 1.f / d : 0.f;
+  uint32_t packed[2] = {0u, 0u};
+  int sum = 0;
+#pragma unroll
+  for (int i = 0; i < 8; ++i) {
+    const int q = min(max(__float2int_rn(__fmul_rn(v[i], id)), -128), 127);
+    sum += q;
+    packed[i / 4] |= (static_cast<uint32_t>(q) & 0xFFu) << (8 * (i & 3));
+  }
+  sum += __shfl_xor_sync(0xFFFFFFFFu, sum, 1);
+  sum += __shfl_xor_sync(0xFFFFFFFFu, sum, 2);
+  // Lane order: slot c of a 32-element block gets elements 4c..4c+3 (this block's thread c / 2,
+  // its low or high word by c's parity) and 16+4c..16+4c+3 (thread 2 + c / 2).
+  const int c = e & 3, quad = static_cast<int>(threadIdx.x & 31) & ~3;
+  const uint32_t lo_a = __shfl_sync(0xFFFFFFFFu, packed[0], quad + (c >> 1));
+  const uint32_t hi_a = __shfl_sync(0xFFFFFFFFu, packed[1], quad + (c >> 1));
+  const uint32_t lo_b = __shfl_sync(0xFFFFFFFFu, packed[0], quad + 2 + (c >> 1));
+  const uint32_t hi_b = __shfl_sync(0xFFFFFFFFu, packed[1], quad + 2 + (c >> 1));
+  *reinterpret_cast<uint2*>(xq + static_cast<int64_t>(r) * p.K + 8 * e) =
+      make_uint2((c & 1) ? hi_a : lo_a, (c & 1) ? hi_b : lo_b);
+  if (c == 0)
+    xm[static_cast<int64_t>(r) * (p.K / kQBlock) + e / 4] =
+        make_int2(__float_as_int(d), FMT == UQR_Q4_0 ? -8 * sum : sum);
+}
+
+// D = A B + C, m16n8k32, A unsigned bytes (the weights' codes), B signed bytes (x), s32.
+__device__ __forceinline__ void imma16832(int (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1,
+                                          const int (&c)[4]) {
+  asm("mma.sync.aligned.m16n8k32.row.col.s32.u8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%10,%11,%12,%13};\n"
+      : "=r"(d[0]), "=r"(d[1]), "=r"(d[2]), "=r"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1), "r"(c[0]), "r"(c[1]), "r"(c[2]), "r"(c[3]));
+}
+
+constexpr uint32_t kLowNibbles = 0x0F0F0F0Fu;
+
+// This lane's x for column tile t, at the current stage: its B fragment (codes) and, for its
+// accumulator columns 2c and 2c + 1, the block meta (kOneRow: only column 0 is ever stored, so
+// one). Read from global memory (L2; every CTA reads all of x): staged through the weight ring
+// instead, x cost shared memory and so occupancy, and measured slower at every row count (v32,
+// 14336 x 4096: q4_0 at 16 rows 56.5 vs 40.2 us, q4_k 42.1 vs 31.7; with the pre-pass overlapped in
+// both, 1 row: q4_k 17.8 vs 17.5).
+template <int NT, bool kShared>
+struct XLanes {
+  const int8_t* frag[NT];
+  const int2* meta0[NT];
+  const int2* meta1[NT];
+  __device__ void advance(int elems) {
+#pragma unroll
+    for (int t = 0; t < NT; ++t) frag[t] += elems, meta0[t] += elems / kQBlock, meta1[t] += elems / kQBlock;
+  }
+  // Loads through the read-only path from global memory; plain loads from a ring slot (ld.global.nc
+  // on a shared address faults).
+  template <class V>
+  __device__ static V load(const V* p) {
+    if constexpr (kShared) return *p;
+    else return __ldg(p);
+  }
+  __device__ uint2 codes(int t, int j) const { return load(reinterpret_cast<const uint2*>(frag[t] + kQBlock * j)); }
+  __device__ int2 m0(int t, int j) const { return load(meta0[t] + j); }
+  __device__ int2 m1(int t, int j) const { return load(meta1[t] + j); }
+};
+
+// q4_0: a stage = 8 blocks of 18 bytes a row; per block one MMA a column tile with C = -8 sum(x),
+// then acc += float(dot) * d_w * d_x.
+template <int NT, bool kOneRow, class X>
+__device__ __forceinline__ void q4_0_stage(const unsigned char* buf, int sb, int g, int c, const X& x,
+                                           float (&acc)[NT][4]) {
+  constexpr int kBytes = UQR_Q4_0_BYTES;
+  // At two column tiles, trips of 2 blocks: unrolled whole, the stage's x loads were all hoisted
+  // and spilled (sm_80). At one, the whole stage: in trips of 4, one row spilled 4 bytes (sm_90a).
+  // jt * U keeps j's parity (u32_in_block's load width) a compile-time constant.
+  constexpr int U = NT == 1 ? 8 : 2;
+#pragma unroll 1
+  for (int jt = 0; jt < 8 / U; ++jt)
+#pragma unroll
+  for (int u = 0; u < U; ++u) {
+    const int j = jt * U + u;
+    const uint8_t* bg = buf + g * sb + j * kBytes;
+    const uint32_t wg = u32_in_block(bg + 2 + 4 * c, j), wg8 = u32_in_block(bg + 8 * sb + 2 + 4 * c, j);
+    const uint32_t a[4] = {wg & kLowNibbles, wg8 & kLowNibbles, (wg >> 4) & kLowNibbles, (wg8 >> 4) & kLowNibbles};
+    const float dg = half_at(bg), dg8 = half_at(bg + 8 * sb);
+#pragma unroll
+    for (int t = 0; t < NT; ++t) {
+      const uint2 xv = x.codes(t, j);
+      const int2 m0 = x.m0(t, j);
+      const int2 m1 = kOneRow ? m0 : x.m1(t, j);
+      const int zero[4] = {m0.y, m1.y, m0.y, m1.y};
+      int dot[4];
+      imma16832(dot, a, xv.x, xv.y, zero);
+      const float d0 = __int_as_float(m0.x), d1 = __int_as_float(m1.x);
+      acc[t][0] = fmaf(static_cast<float>(dot[0]), dg * d0, acc[t][0]);
+      acc[t][2] = fmaf(static_cast<float>(dot[2]), dg8 * d0, acc[t][2]);
+      if constexpr (!kOneRow) {
+        acc[t][1] = fmaf(static_cast<float>(dot[1]), dg * d1, acc[t][1]);
+        acc[t][3] = fmaf(static_cast<float>(dot[3]), dg8 * d1, acc[t][3]);
+      }
+    }
+  }
+}
+
+// q4_k: a stage = one 144-byte super-block a row. Per sub-block j one MMA a column tile; its dot
+// times the row's 6-bit scale, and the row's 6-bit min times the column's x sum, add up in
+// integers over the 8 sub-blocks (|sum| < 8 * 63 * 61440 < 2^31); then acc += d_x (d I1 - dmin I2).
+template <int NT, bool kOneRow, class X>
+__device__ __forceinline__ void q4_k_stage(const unsigned char* buf, int sb, int g, int c, const X& x,
+                                           float (&acc)[NT][4]) {
+  const uint8_t* bg = buf + g * sb;
+  const uint8_t* bg8 = bg + 8 * sb;
+  uint32_t sc[2][2], mn[2][2];  // [row g / g + 8][sub-blocks 0-3 / 4-7], a byte per sub-block
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const uint8_t* s = (h ? bg8 : bg) + 4;
+    const uint32_t w0 = u32_at4(s), w1 = u32_at4(s + 4), w2 = u32_at4(s + 8);
+    uqr_q4_k_scale_min_words(w0, w1, w2, false, sc[h][0], mn[h][0]);
+    uqr_q4_k_scale_min_words(w0, w1, w2, true, sc[h][1], mn[h][1]);
+  }
+  int dots[NT][4], mins[NT][4];
+#pragma unroll
+  for (int t = 0; t < NT; ++t)
+#pragma unroll
+    for (int q = 0; q < 4; ++q) dots[t][q] = 0, mins[t][q] = 0;
+  const int none[4] = {0, 0, 0, 0};
+#pragma unroll
+  for (int pair = 0; pair < 4; ++pair) {
+    // qs[32 pair + i]: sub-block 2 pair's element i in the low nibble, 2 pair + 1's in the high.
+    const int off = 16 + 32 * pair + 4 * c;
+    const uint32_t lo_g = u32_at4(bg + off), hi_g = u32_at4(bg + off + 16);
+    const uint32_t lo_g8 = u32_at4(bg8 + off), hi_g8 = u32_at4(bg8 + off + 16);
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const int j = 2 * pair + half, sh = 4 * half;
+      const uint32_t a[4] = {(lo_g >> sh) & kLowNibbles, (lo_g8 >> sh) & kLowNibbles, (hi_g >> sh) & kLowNibbles,
+                             (hi_g8 >> sh) & kLowNibbles};
+      const uint32_t sel = 0x4440u | static_cast<uint32_t>(j & 3);  // byte j & 3, zero-extended
+      const int s_g = static_cast<int>(__byte_perm(sc[0][j >> 2], 0, sel));
+      const int s_g8 = static_cast<int>(__byte_perm(sc[1][j >> 2], 0, sel));
+      const int m_g = static_cast<int>(__byte_perm(mn[0][j >> 2], 0, sel));
+      const int m_g8 = static_cast<int>(__byte_perm(mn[1][j >> 2], 0, sel));
+#pragma unroll
+      for (int t = 0; t < NT; ++t) {
+        const uint2 xv = x.codes(t, j);
+        const int x0 = x.m0(t, j).y;
+        int dot[4];
+        imma16832(dot, a, xv.x, xv.y, none);
+        dots[t][0] += s_g * dot[0];
+        dots[t][2] += s_g8 * dot[2];
+        mins[t][0] += m_g * x0;
+        mins[t][2] += m_g8 * x0;
+        if constexpr (!kOneRow) {
+          const int x1 = x.m1(t, j).y;
+          dots[t][1] += s_g * dot[1];
+          dots[t][3] += s_g8 * dot[3];
+          mins[t][1] += m_g * x1;
+          mins[t][3] += m_g8 * x1;
+        }
+      }
+    }
+  }
+  const uint32_t dd_g = u32_at4(bg), dd_g8 = u32_at4(bg8);
+  const float d_w[2] = {__half2float(__ushort_as_half(static_cast<unsigned short>(dd_g & 0xFFFFu))),
+                        __half2float(__ushort_as_half(static_cast<unsigned short>(dd_g8 & 0xFFFFu)))};
+  const float dmin_w[2] = {__half2float(__ushort_as_half(static_cast<unsigned short>(dd_g >> 16))),
+                           __half2float(__ushort_as_half(static_cast<unsigned short>(dd_g8 >> 16)))};
+#pragma unroll
+  for (int t = 0; t < NT; ++t) {
+    const float d_x[2] = {__int_as_float(x.m0(t, 0).x), kOneRow ? 0.f : __int_as_float(x.m1(t, 0).x)};
+#pragma unroll
+    for (int q = 0; q < 4; ++q) {
+      if (kOneRow && (q & 1)) continue;
+      const int h = q >> 1;
+      acc[t][q] = fmaf(d_x[q & 1],
+                       fmaf(d_w[h], static_cast<float>(dots[t][q]), -dmin_w[h] * static_cast<float>(mins[t][q])),
+                       acc[t][q]);
+    }
+  }
+}
+
+
+// Hopper's programmatic dependent launch: the kernel starts while the quantize pre-pass runs and
+// waits here, with its first weight copies in flight, for the pre-pass's x (a no-op when launched
+// without the attribute; not compiled for sm_80). v32, 1 row on 14336 x 4096: q4_k 20.5 -> 17.8 us.
+__device__ __forceinline__ void wait_for_prepass() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;\n" ::: "memory");
+#endif
+}
+
+// One activation row stages its x through the weight ring (codes and meta of the stage behind its
+// weights, 320 bytes): x operands are then shared-memory loads, which pays where few warps hide the
+// L2 latency of global loads (N = 4096: 256 CTAs). v32 (staged) vs v34 (global), 1 row, us:
+// 4096 x 14336 q4_0 15.3 vs 21.7, q4_k 15.8 vs 19.8. At more rows the copy costs shared memory and
+// so occupancy (v32, 16 rows on 14336 x 4096: q4_0 56.5 vs v31's 40.2), so they read global memory.
+template <int FMT, bool kXRing>
+struct SlotLayout {
+  using Ring = RowRing<Traits<FMT>>;
+  static constexpr int kCodes = Ring::kSlotBytes;
+  static constexpr int kMeta = kCodes + Ring::kStageElems;
+  static constexpr int kBytes = kXRing ? kMeta + Ring::kStageElems / kQBlock * static_cast<int>(sizeof(int2))
+                                       : Ring::kSlotBytes;
+  static constexpr int kCodePieces = Ring::kStageElems / 16, kXPieces = kCodePieces + Ring::kStageElems / 64;
+  static_assert(kCodes % 16 == 0 && kMeta % 16 == 0 && kBytes % 16 == 0 && kXPieces <= 32, "16-byte copies");
+};
+
+template <int FMT, typename T, int NT, bool kOneRow, bool kXRing>
+__device__ __forceinline__ void int8_gemm(const Int8Args& a) {
+  static_assert(!kXRing || kOneRow, "only one activation row is staged");
+  using Ring = RowRing<Traits<FMT>>;
+  using L = SlotLayout<FMT, kXRing>;
+  extern __shared__ __align__(16) unsigned char smem[];
+  const uqr_gemm_params& p = a.p;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int g = lane >> 2, c = lane & 3;
+  const int row0 = blockIdx.x * kWarpRows;
+  unsigned char* ring = smem + static_cast<size_t>(warp) * kStages * L::kBytes;
+
+  const int n_stages = p.K / Ring::kStageElems;
+  const int warps_k = blockDim.x >> 5;
+  const int s0 = n_stages * warp / warps_k, s1 = n_stages * (warp + 1) / warps_k;
+  const int n_mine = s1 - s0;
+  const Ring wr(a.w, a.w_row_stride, row0, p.N, s0, lane);
+  const int k0 = s0 * Ring::kStageElems, nb = p.K / kQBlock;
+  // kXRing: row 0's x of stage i into slot, one 16-byte piece a lane (codes, then meta).
+  auto copy_x = [&](unsigned char* slot, int i) {
+    const int k = k0 + i * Ring::kStageElems;
+    if (lane < L::kCodePieces)
+      cp_async16(slot + L::kCodes + 16 * lane, a.xq + k + 16 * lane);
+    else if (lane < L::kXPieces)
+      cp_async16(slot + L::kMeta + 16 * (lane - L::kCodePieces),
+                 reinterpret_cast<const unsigned char*>(a.xm + k / kQBlock) + 16 * (lane - L::kCodePieces));
+  };
+  int slot_in = 0;
+  auto issue = [&](int i, bool with_x) {
+    if (i < n_mine) {
+      wr.copy(ring + slot_in * L::kBytes, i, lane);
+      if (kXRing && with_x) copy_x(ring + slot_in * L::kBytes, i);
+    }
+    slot_in = slot_in == kStages - 1 ? 0 : slot_in + 1;
+    cp_async_commit();  // empty groups keep wait_group's count uniform
+  };
+
+  // Columns past the last activation row re-read row 0 (never stored).
+  XLanes<NT, kXRing> x;
+#pragma unroll
+  for (int t = 0; t < NT; ++t) {
+    const int rf = t * 8 + g < a.rows ? t * 8 + g : 0;
+    const int r0 = t * 8 + 2 * c < a.rows ? t * 8 + 2 * c : 0;
+    const int r1 = t * 8 + 2 * c + 1 < a.rows ? t * 8 + 2 * c + 1 : 0;
+    x.frag[t] = a.xq + static_cast<int64_t>(rf) * p.K + k0 + 8 * c;
+    x.meta0[t] = a.xm + static_cast<int64_t>(r0) * nb + k0 / kQBlock;
+    x.meta1[t] = a.xm + static_cast<int64_t>(r1) * nb + k0 / kQBlock;
+  }
+
+  float acc[NT][4];
+#pragma unroll
+  for (int t = 0; t < NT; ++t)
+#pragma unroll
+    for (int q = 0; q < 4; ++q) acc[t][q] = 0.f;
+
+  // Prologue: the first stages' weights, then the pre-pass's x (staged: those stages' x copies, all
+  // landed before the loop, whose wait_group then covers the stages it issues itself).
+#pragma unroll
+  for (int s = 0; s < kStages - 1; ++s) issue(s, false);
+  wait_for_prepass();
+  if constexpr (kXRing) {
+#pragma unroll
+    for (int s = 0; s < kStages - 1; ++s)
+      if (s < n_mine) copy_x(ring + s * L::kBytes, s);
+    cp_async_commit();
+    cp_async_wait<0>();
+    __syncwarp();
+  }
+  int slot_out = 0;
+  for (int i = 0; i < n_mine; ++i) {
+    issue(i + kStages - 1, true);
+    cp_async_wait<kStages - 1>();
+    __syncwarp();
+    const unsigned char* buf = ring + slot_out * L::kBytes;
+    slot_out = slot_out == kStages - 1 ? 0 : slot_out + 1;
+    if constexpr (kXRing) {
+      x.frag[0] = reinterpret_cast<const int8_t*>(buf + L::kCodes) + 8 * c;
+      x.meta0[0] = reinterpret_cast<const int2*>(buf + L::kMeta);
+    }
+    if constexpr (FMT == UQR_Q4_0) q4_0_stage<NT, kOneRow>(buf, Ring::kStageBytes, g, c, x, acc);
+    else q4_k_stage<NT, kOneRow>(buf, Ring::kStageBytes, g, c, x, acc);
+    if constexpr (!kXRing) x.advance(Ring::kStageElems);
+    __syncwarp();  // the slot is refilled by the next iteration's issue
+  }
+  float total[NT][4];
+  if (!ksplit::drain_and_sum<NT>(acc, reinterpret_cast<float*>(smem), warp, warps_k, lane, total)) return;
+#pragma unroll
+  for (int t = 0; t < NT; ++t)
+#pragma unroll
+    for (int q = 0; q < 4; ++q)
+      if (!kOneRow || !(q & 1)) store_acc<T>(p, a.y, a.rows, row0, 0, g, c, t, q, total[t][q]);
+}
+
+// x read from global memory: registers as ptxas chooses (a cap makes it take the whole budget, and
+// fewer resident warps measured slower: v33's 72-80 against v34's 40-64, q4_k 18.1 vs 16.8 us at
+// one row on 14336 x 4096).
+template <int FMT, typename T, int NT, bool kOneRow>
+__global__ void __launch_bounds__(ksplit::kMaxWarps * 32) qmma_int8_kernel(const Int8Args a) {
+  int8_gemm<FMT, T, NT, kOneRow, false>(a);
+}
+// One row with x staged: left to itself ptxas settled q4_k at 64 registers with a 4-byte spill
+// (sm_90a), and q4_0 spilled at a cap of 72; 80 is spill-free for both.
+template <int FMT>
+__host__ __device__ constexpr int staged_max_regs() { return 80; }
+template <int FMT, typename T>
+__global__ void __launch_bounds__(ksplit::kMaxWarps * 32) __maxnreg__((staged_max_regs<FMT>())) qmma_int8_kernel_staged(const Int8Args a) {
+  int8_gemm<FMT, T, 1, true, true>(a);
+}
+
+// Whether the main kernel is launched as a programmatic dependent of the pre-pass: an sm_90 device
+// and UQR_INT8_PDL not set to 0 (A/B runs).
+inline bool use_pdl() {
+  static const bool on = [] {
+    const char* env = getenv("UQR_INT8_PDL");
+    if (env && env[0] == '0') return false;
+    int dev = 0, major = 0;
+    cudaGetDevice(&dev);
+    cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
+    return major >= 9;
+  }();
+  return on;
+}
+
+template <int FMT, typename T, int NT, bool kOneRow, bool kXRing = false>
+cudaError_t launch_tiles(const Int8Args& a, cudaStream_t stream) {
+  using Ring = RowRing<Traits<FMT>>;
+  using L = SlotLayout<FMT, kXRing>;
+  const auto kernel = kXRing ? qmma_int8_kernel_staged<FMT, T> : qmma_int8_kernel<FMT, T, NT, kOneRow>;
+  static const ksplit::Residency res =
+      ksplit::residency_of(kernel, [](int w) { return static_cast<size_t>(w) * kStages * L::kBytes; });
+  if (res.err != cudaSuccess) return res.err;
+  const int grid = (a.p.N + kWarpRows - 1) / kWarpRows;
+  const int warps = ksplit::pick_warps(res, a.p.K / Ring::kStageElems, grid);
+  const size_t ring = static_cast<size_t>(warps) * kStages * L::kBytes;
+  const size_t red = static_cast<size_t>(warps - 1) * NT * 4 * 32 * sizeof(float);
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = dim3(grid);
+  cfg.blockDim = dim3(warps * 32);
+  cfg.dynamicSmemBytes = ring > red ? ring : red;
+  cfg.stream = stream;
+  cudaLaunchAttribute attr{};
+  attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr.val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = &attr;
+  cfg.numAttrs = use_pdl() ? 1 : 0;
+  return cudaLaunchKernelEx(&cfg, kernel, a);
+}
+
+// Whether one activation row stages its x through the ring (SlotLayout): UQR_INT8_XRING=0 / 1
+// force it (A/B runs), else where the grid has fewer than 4 CTAs of 16 rows an SM (N = 4096: 256).
+inline bool stage_x(int N) {
+  static const int forced = [] {
+    const char* env = getenv("UQR_INT8_XRING");
+    return env ? atoi(env) : -1;
+  }();
+  return forced >= 0 ? forced != 0 : (N + kWarpRows - 1) / kWarpRows < 4 * sm_count();
+}
+
+template <int FMT, typename T>
+cudaError_t run(const Int8Args& a, const T* x, int8_t* xq, int2* xm, cudaStream_t stream) {
+  const int64_t threads = static_cast<int64_t>(a.rows) * (a.p.K / 8);
+  quantize_x_kernel<T, FMT><<<static_cast<unsigned>((threads + 255) / 256), 256, 0, stream>>>(a.p, x, a.rows, xq, xm);
+  if (const cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
+  if (a.rows == 1)
+    return stage_x(a.p.N) ? launch_tiles<FMT, T, 1, true, true>(a, stream) : launch_tiles<FMT, T, 1, true, false>(a, stream);
+  return a.rows <= 8 ? launch_tiles<FMT, T, 1, false>(a, stream) : launch_tiles<FMT, T, 2, false>(a, stream);
+}
+
+}  // namespace
+
+const char* int8_unsupported(const uqr_gemm_params& p, int rows, bool half_x, uintptr_t x_addr, uintptr_t w_addr,
+                             int64_t w_row_stride) {
+  if (p.fmt != UQR_Q4_0 && p.fmt != UQR_Q4_K) return "int8 activations are implemented for q4_0 and q4_k";
+  if (rows < 1 || rows > kInt8MaxRows) return "batch * M must be 1..16";
+  return qmma_unsupported(p, rows, half_x, x_addr, w_addr, w_row_stride);
+}
+
+cudaError_t qmma_int8(const void* x, int8_t* xq, int2* xm, const uint8_t* w, int64_t w_row_stride, void* y,
+                      const uqr_gemm_params& p, bool bf16, cudaStream_t stream) {
+  const int rows = p.batch * p.M;
+  if (int8_unsupported(p, rows, true, reinterpret_cast<uintptr_t>(x), reinterpret_cast<uintptr_t>(w), w_row_stride))
+    return cudaErrorInvalidValue;
+  const Int8Args a{p, xq, xm, y, w, w_row_stride, rows};
+  if (p.fmt == UQR_Q4_0)
+    return bf16 ? run<UQR_Q4_0>(a, static_cast<const __nv_bfloat16*>(x), xq, xm, stream)
+                : run<UQR_Q4_0>(a, static_cast<const __half*>(x), xq, xm, stream);
+  return bf16 ? run<UQR_Q4_K>(a, static_cast<const __nv_bfloat16*>(x), xq, xm, stream)
+              : run<UQR_Q4_K>(a, static_cast<const __half*>(x), xq, xm, stream);
+}
+
+}  // namespace cuda
+}  // namespace uqr

@@ -1,0 +1,28 @@
+// Host entry of the int8-activation kernel (qmma_int8.cu, path "int8" on CUDA). Plain C++ types,
+// as qmma_small_m.h, so the torch glue (qmma_binding.cpp) compiles apart from the .cu.
+#pragma once
+#include <cuda_runtime.h>
+#include <stdint.h>
+
+#include "qmma_small_m.h"
+#include "uqr/params.h"
+
+namespace uqr {
+namespace cuda {
+
+// Most activation rows (batch * M) the int8 kernel serves: two 8-wide MMA column tiles.
+constexpr int kInt8MaxRows = 16;
+
+// nullptr when qmma_int8 takes this call (q4_0 / q4_k, 1..16 rows, the small-M kernel's shape and
+// alignment rules), else why not.
+const char* int8_unsupported(const uqr_gemm_params& p, int rows, bool half_x, uintptr_t x_addr, uintptr_t w_addr,
+                             int64_t w_row_stride);
+
+// y = x W^T with x rounded to int8 as the CPU int8 path rounds it: bf16 (bf16 = true) or fp16 x and
+// y through p's strides. Scratch: xq = batch * M x K bytes (the codes), xm = batch * M x K / 32
+// int2 (per 32-element block d and its sum term), both 16-byte aligned.
+cudaError_t qmma_int8(const void* x, int8_t* xq, int2* xm, const uint8_t* w, int64_t w_row_stride, void* y,
+                      const uqr_gemm_params& p, bool bf16, cudaStream_t stream);
+
+}  // namespace cuda
+}  // namespace uqr
