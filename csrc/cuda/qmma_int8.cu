@@ -19,7 +19,9 @@
 //
 // Work split as in qmma_small_m.cu: a CTA owns 16 weight rows and 1-8 warps that split K, each
 // streaming its rows' stages through a private cp.async ring (RowRing); x comes from global memory
-// (L1/L2: every CTA reads all of it, 1 byte an element here).
+// (L1/L2: every CTA reads all of it, 1 byte an element here), or at one row and few CTAs staged
+// through the ring behind the weights (SlotLayout). Path "int8" runs this kernel only where it
+// measured faster than the exact one (configs.INT8_AUTO_MAX_ROWS; bench/NOTES.md v31-v36).
 #include <cstdlib>
 
 #include "qmma_int8.h"
@@ -34,7 +36,7 @@ namespace {
 using namespace qmma;
 
 constexpr int kStages = 3;  // as the exact small-M kernel: the whole grid resident at 14336 rows
-constexpr int kQBlock = 32;  // elements per x scale group entry (meta) and per MMA k-step
+constexpr int kQBlock = 32;  // elements per x meta entry and per MMA k-step
 
 struct Int8Args {
   uqr_gemm_params p;
@@ -114,12 +116,10 @@ __device__ __forceinline__ void imma16832(int (&d)[4], const uint32_t (&a)[4], u
 
 constexpr uint32_t kLowNibbles = 0x0F0F0F0Fu;
 
-// This lane's x for column tile t, at the current stage: its B fragment (codes) and, for its
+// This lane's x for column tile t at the current stage: its B fragment (codes) and, for its
 // accumulator columns 2c and 2c + 1, the block meta (kOneRow: only column 0 is ever stored, so
-// one). Read from global memory (L2; every CTA reads all of x): staged through the weight ring
-// instead, x cost shared memory and so occupancy, and measured slower at every row count (v32,
-// 14336 x 4096: q4_0 at 16 rows 56.5 vs 40.2 us, q4_k 42.1 vs 31.7; with the pre-pass overlapped in
-// both, 1 row: q4_k 17.8 vs 17.5).
+// one). In global memory, advanced a stage at a time (kShared = false), or pointers into the ring
+// slot where one row's x is staged (SlotLayout).
 template <int NT, bool kShared>
 struct XLanes {
   const int8_t* frag[NT];
@@ -256,10 +256,10 @@ __device__ __forceinline__ void q4_k_stage(const unsigned char* buf, int sb, int
   }
 }
 
-
 // Hopper's programmatic dependent launch: the kernel starts while the quantize pre-pass runs and
 // waits here, with its first weight copies in flight, for the pre-pass's x (a no-op when launched
-// without the attribute; not compiled for sm_80). v32, 1 row on 14336 x 4096: q4_k 20.5 -> 17.8 us.
+// without the attribute; not compiled for sm_80). v34, 1 row on 14336 x 4096, UQR_INT8_PDL=0 vs on:
+// q4_k 18.4 -> 16.8 us, q4_0 18.3 -> 17.5.
 __device__ __forceinline__ void wait_for_prepass() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.wait;\n" ::: "memory");
@@ -268,9 +268,10 @@ __device__ __forceinline__ void wait_for_prepass() {
 
 // One activation row stages its x through the weight ring (codes and meta of the stage behind its
 // weights, 320 bytes): x operands are then shared-memory loads, which pays where few warps hide the
-// L2 latency of global loads (N = 4096: 256 CTAs). v32 (staged) vs v34 (global), 1 row, us:
-// 4096 x 14336 q4_0 15.3 vs 21.7, q4_k 15.8 vs 19.8. At more rows the copy costs shared memory and
-// so occupancy (v32, 16 rows on 14336 x 4096: q4_0 56.5 vs v31's 40.2), so they read global memory.
+// L2 latency of global loads (N = 4096: 256 CTAs). v36, same build (UQR_INT8_XRING), 1 row, staged
+// vs global, us: 4096 x 14336 q4_0 18.1 vs 21.4, q4_k 18.1 vs 19.7; 14336 x 4096 17.7 vs 17.2,
+// 16.7 vs 16.4. At more rows the copy costs shared memory and so occupancy (v32, 16 rows on 14336 x
+// 4096: q4_0 56.5 vs v31's 40.2 global), so they read global memory.
 template <int FMT, bool kXRing>
 struct SlotLayout {
   using Ring = RowRing<Traits<FMT>>;
