@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # v31 on the lent H200: path "int8" on CUDA (csrc/cuda/qmma_int8.cu: int8 x, integer MMAs, q4_0 /
-# q4_k at 1-16 rows). Every CUDA GPU test plus the int8 ones, then int8 against the exact small-M
+# q4_k at 1-16 rows). The int8, small-M and dispatch GPU tests, then int8 against the exact small-M
 # kernel at 1 / 8 / 16 rows on the three shapes (bench/int8_probe.py).
 source "$(dirname "$0")/h200_lib.sh"
 {
