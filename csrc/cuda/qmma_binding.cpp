@@ -36,57 +36,65 @@ GemmPlan checked_plan(const char* op, Unsupported unsupported, const at::Tensor&
   return plan;
 }
 
-at::Tensor qmma_cuda(const at::Tensor& x, const at::Tensor& w, c10::string_view fmt, int64_t N, int64_t K,
-                     int64_t group_size, int64_t out_heads, bool in_heads) {
-  GemmPlan plan = checked_plan("uqr::_qmma_cuda", qmma_unsupported, x, w, fmt, N, K, group_size, out_heads, in_heads);
+// What every op does around its kernel: the checked plan, y, the device guard, and the launch's
+// error named with `op`. launch(plan, y, rows, bf16, stream) starts the kernel(s).
+template <class Launch>
+at::Tensor run_op(const char* op, Unsupported unsupported, const at::Tensor& x, const at::Tensor& w,
+                  c10::string_view fmt, int64_t N, int64_t K, int64_t group_size, int64_t out_heads, bool in_heads,
+                  Launch&& launch) {
+  GemmPlan plan = checked_plan(op, unsupported, x, w, fmt, N, K, group_size, out_heads, in_heads);
   at::Tensor y = allocate_output(plan, x.options());
   if (y.numel() == 0) return y;
   const c10::cuda::CUDAGuard guard(x.device());
-  const cudaError_t err = qmma_small_m(plan.x_used.data_ptr(), w.data_ptr<uint8_t>(), w.stride(0), y.data_ptr(),
-                                       plan.p, x.scalar_type() == at::kBFloat16, c10::cuda::getCurrentCUDAStream());
-  UQR_CHECK(err == cudaSuccess, "uqr::_qmma_cuda: kernel launch failed: ", cudaGetErrorString(err));
+  const int64_t rows = static_cast<int64_t>(plan.p.batch) * plan.p.M;
+  const cudaError_t err =
+      launch(plan, y, rows, x.scalar_type() == at::kBFloat16, c10::cuda::getCurrentCUDAStream().stream());
+  UQR_CHECK(err == cudaSuccess, op, ": kernel launch failed: ", cudaGetErrorString(err));
   return y;
+}
+
+at::Tensor qmma_cuda(const at::Tensor& x, const at::Tensor& w, c10::string_view fmt, int64_t N, int64_t K,
+                     int64_t group_size, int64_t out_heads, bool in_heads) {
+  return run_op("uqr::_qmma_cuda", qmma_unsupported, x, w, fmt, N, K, group_size, out_heads, in_heads,
+                [&](const GemmPlan& plan, at::Tensor& y, int64_t, bool bf16, cudaStream_t stream) {
+                  return qmma_small_m(plan.x_used.data_ptr(), w.data_ptr<uint8_t>(), w.stride(0), y.data_ptr(),
+                                      plan.p, bf16, stream);
+                });
 }
 
 // uqr::_wgmma_cuda: the Hopper kernel (qmma_wgmma.cu), same arguments; x is first rewritten into a
 // scratch matrix in the order the kernel reads it.
 at::Tensor wgmma_cuda(const at::Tensor& x, const at::Tensor& w, c10::string_view fmt, int64_t N, int64_t K,
                       int64_t group_size, int64_t out_heads, bool in_heads) {
-  GemmPlan plan = checked_plan("uqr::_wgmma_cuda", wgmma_unsupported, x, w, fmt, N, K, group_size, out_heads, in_heads);
-  at::Tensor y = allocate_output(plan, x.options());
-  if (y.numel() == 0) return y;
-  const c10::cuda::CUDAGuard guard(x.device());
-  const int64_t rows = static_cast<int64_t>(plan.p.batch) * plan.p.M;
-  at::Tensor scratch = at::empty({rows, K}, x.options());
-  const int splits = wgmma_splits(plan.p, static_cast<int>(rows));
-  at::Tensor split_ws = splits > 1 ? at::empty({splits, rows, N}, x.options().dtype(at::kFloat)) : at::Tensor();
-  const cudaError_t err = qmma_wgmma(plan.x_used.data_ptr(), scratch.data_ptr(), splits,
-                                     splits > 1 ? split_ws.data_ptr<float>() : nullptr, w.data_ptr<uint8_t>(),
-                                     w.stride(0), y.data_ptr(), plan.p, x.scalar_type() == at::kBFloat16,
-                                     c10::cuda::getCurrentCUDAStream());
-  UQR_CHECK(err != cudaErrorNoKernelImageForDevice,
-            "uqr::_wgmma_cuda: needs an sm_90 GPU and an extension built with sm_90a code (UQR_CUDA_ARCHS)");
-  UQR_CHECK(err == cudaSuccess, "uqr::_wgmma_cuda: kernel launch failed: ", cudaGetErrorString(err));
-  return y;
+  return run_op("uqr::_wgmma_cuda", wgmma_unsupported, x, w, fmt, N, K, group_size, out_heads, in_heads,
+                [&](const GemmPlan& plan, at::Tensor& y, int64_t rows, bool bf16, cudaStream_t stream) {
+                  at::Tensor scratch = at::empty({rows, K}, x.options());
+                  const int splits = wgmma_splits(plan.p, static_cast<int>(rows));
+                  at::Tensor split_ws =
+                      splits > 1 ? at::empty({splits, rows, N}, x.options().dtype(at::kFloat)) : at::Tensor();
+                  const cudaError_t err = qmma_wgmma(plan.x_used.data_ptr(), scratch.data_ptr(), splits,
+                                                     splits > 1 ? split_ws.data_ptr<float>() : nullptr,
+                                                     w.data_ptr<uint8_t>(), w.stride(0), y.data_ptr(), plan.p, bf16,
+                                                     stream);
+                  UQR_CHECK(err != cudaErrorNoKernelImageForDevice,
+                            "uqr::_wgmma_cuda: needs an sm_90 GPU and an extension built with sm_90a code "
+                            "(UQR_CUDA_ARCHS)");
+                  return err;
+                });
 }
 
 // uqr::_int8_cuda: path "int8" (qmma_int8.cu), same arguments; x is first rounded to int8 codes
 // and per-block scales in two scratch tensors.
 at::Tensor int8_cuda(const at::Tensor& x, const at::Tensor& w, c10::string_view fmt, int64_t N, int64_t K,
                      int64_t group_size, int64_t out_heads, bool in_heads) {
-  GemmPlan plan = checked_plan("uqr::_int8_cuda", int8_unsupported, x, w, fmt, N, K, group_size, out_heads, in_heads);
-  at::Tensor y = allocate_output(plan, x.options());
-  if (y.numel() == 0) return y;
-  const c10::cuda::CUDAGuard guard(x.device());
-  const int64_t rows = static_cast<int64_t>(plan.p.batch) * plan.p.M;
-  at::Tensor xq = at::empty({rows, K}, x.options().dtype(at::kChar));
-  at::Tensor xm = at::empty({rows, K / 32, 2}, x.options().dtype(at::kInt));
-  const cudaError_t err = qmma_int8(plan.x_used.data_ptr(), xq.data_ptr<int8_t>(),
-                                    reinterpret_cast<int2*>(xm.data_ptr<int32_t>()), w.data_ptr<uint8_t>(), w.stride(0),
-                                    y.data_ptr(), plan.p, x.scalar_type() == at::kBFloat16,
-                                    c10::cuda::getCurrentCUDAStream());
-  UQR_CHECK(err == cudaSuccess, "uqr::_int8_cuda: kernel launch failed: ", cudaGetErrorString(err));
-  return y;
+  return run_op("uqr::_int8_cuda", int8_unsupported, x, w, fmt, N, K, group_size, out_heads, in_heads,
+                [&](const GemmPlan& plan, at::Tensor& y, int64_t rows, bool bf16, cudaStream_t stream) {
+                  at::Tensor xq = at::empty({rows, K}, x.options().dtype(at::kChar));
+                  at::Tensor xm = at::empty({rows, K / 32, 2}, x.options().dtype(at::kInt));
+                  return qmma_int8(plan.x_used.data_ptr(), xq.data_ptr<int8_t>(),
+                                   reinterpret_cast<int2*>(xm.data_ptr<int32_t>()), w.data_ptr<uint8_t>(),
+                                   w.stride(0), y.data_ptr(), plan.p, bf16, stream);
+                });
 }
 
 }  // namespace

@@ -384,7 +384,9 @@ __global__ void __launch_bounds__(ksplit::kMaxWarps * 32) qmma_int8_kernel(const
   int8_gemm<FMT, T, NT, kOneRow, false>(a);
 }
 // One row with x staged: left to itself ptxas settled q4_k at 64 registers with a 4-byte spill
-// (sm_90a), and q4_0 spilled at a cap of 72; 80 is spill-free for both.
+// (sm_90a), and q4_0 spilled at a cap of 72; 80 is spill-free for both. (A function of FMT because
+// nvcc refuses a literal __maxnreg__ beside __launch_bounds__; a dependent value passes, as in
+// qmma_small_m.cu.)
 template <int FMT>
 __host__ __device__ constexpr int staged_max_regs() { return 80; }
 template <int FMT, typename T>

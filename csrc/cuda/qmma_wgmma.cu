@@ -185,21 +185,13 @@ __device__ __forceinline__ void wgmma_step(float (&acc)[BM / 2], const uint32_t 
   else wg::mma_m64n64k16(acc, a, desc, TypeTag<T>{});
 }
 
-// (lo, lo) / (hi, hi) of a T pair.
-template <typename T>
-__device__ __forceinline__ uint32_t lo_pair(uint32_t v) {
+// (lo, lo) (kHigh = false) or (hi, hi) of a T pair.
+template <typename T, bool kHigh>
+__device__ __forceinline__ uint32_t dup_half(uint32_t v) {
   const Pair<T> p = *reinterpret_cast<const Pair<T>*>(&v);
   Pair<T> r;
-  if constexpr (std::is_same<T, __nv_bfloat16>::value) r = __low2bfloat162(p);
-  else r = __low2half2(p);
-  return *reinterpret_cast<const uint32_t*>(&r);
-}
-template <typename T>
-__device__ __forceinline__ uint32_t hi_pair(uint32_t v) {
-  const Pair<T> p = *reinterpret_cast<const Pair<T>*>(&v);
-  Pair<T> r;
-  if constexpr (std::is_same<T, __nv_bfloat16>::value) r = __high2bfloat162(p);
-  else r = __high2half2(p);
+  if constexpr (std::is_same<T, __nv_bfloat16>::value) r = kHigh ? __high2bfloat162(p) : __low2bfloat162(p);
+  else r = kHigh ? __high2half2(p) : __low2half2(p);
   return *reinterpret_cast<const uint32_t*>(&r);
 }
 
@@ -269,7 +261,7 @@ struct WgDecode<Traits<UQR_Q4_K>, T, U> {
         const uint4 v = qs[i];
         w[4 * i] = v.x, w[4 * i + 1] = v.y, w[4 * i + 2] = v.z, w[4 * i + 3] = v.w;
       }
-      const uint32_t a2 = lo_pair<T>(ab[r][h]), b2 = hi_pair<T>(ab[r][h]);
+      const uint32_t a2 = dup_half<T, false>(ab[r][h]), b2 = dup_half<T, true>(ab[r][h]);
 #pragma unroll
       for (int t = 0; t < 2 * U; ++t) {
         // The exact code pairs (q, q') in T.
