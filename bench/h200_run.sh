@@ -19,7 +19,7 @@ LOG="$OUT/run.log"
   echo "== CUDA correctness tests"
   t0=$(date +%s)
   python3 -m pytest -q -n 8 tests/test_triton_cuda.py tests/test_cuda_qmma.py tests/test_cuda_dequant.py \
-    tests/test_cuda_scratch_pipeline.py tests/test_cuda_wgmma.py tests/test_cuda_int8.py 2>&1 | tail -25
+    tests/test_cuda_scratch_pipeline.py tests/test_cuda_wgmma.py tests/test_cuda_int8.py tests/test_cuda_pdl.py 2>&1 | tail -25
   echo "tests took $(( $(date +%s) - t0 )) s"
   echo "== argument errors raise (one process each; they segfaulted here before uqr/check.h)"
   PYTHONPATH=. timeout 120 python3 bench/error_path_probe.py

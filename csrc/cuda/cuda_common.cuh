@@ -1,6 +1,10 @@
-// Pieces both CUDA C++ kernels use: cp.async wrappers and the (cached) SM count.
+// Pieces the CUDA C++ kernels share: cp.async wrappers, programmatic dependent launch, and the
+// (cached) SM count.
 #pragma once
 #include <cuda_runtime.h>
+
+#include <cstdlib>
+#include <utility>
 
 namespace uqr {
 namespace cuda {
@@ -17,6 +21,59 @@ __device__ __forceinline__ void cp_async16_zfill(void* smem, const void* gmem, b
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 template <int N>
 __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
+
+// Programmatic dependent launch (Hopper). A kernel started by launch_ex() may begin while the
+// stream's previous kernel is still running; pdl_wait() returns once that kernel has finished and
+// its writes are visible, so every kernel launched that way calls it before it reads or writes
+// anything another kernel touches (weights excepted where the previous kernel is known to have
+// waited itself: the int8 main kernel behind its pre-pass). A kernel that hands its output to a
+// second kernel of the same call (the x pre-passes) lets that one launch at once with
+// pdl_allow_dependents(); a call's last kernel does not, so the next call launches as its CTAs
+// exit. v38, one build (bench/NOTES.md): the last kernel letting the next call launch at its start
+// or after its main loop cost up to 4 us at one row (4096 x 14336 mlx4 19.4 -> 23.6 / 22.7), the
+// next call's CTAs crowding into the slots free at that moment; at the exit it saved up to 1.3 us
+// (wgmma, 128 rows: q4_0 44.5 -> 43.2). Both are no-ops on sm_80 and without the attribute.
+__device__ __forceinline__ void pdl_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;\n" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void pdl_allow_dependents() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+#endif
+}
+
+// Whether launch_ex() launches as a programmatic dependent: an sm_90 device, and UQR_PDL not set
+// to 0 (A/B runs).
+inline bool pdl_enabled() {
+  static const bool on = [] {
+    const char* env = std::getenv("UQR_PDL");
+    if (env && env[0] == '0') return false;
+    int dev = 0, major = 0;
+    cudaGetDevice(&dev);
+    cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
+    return major >= 9;
+  }();
+  return on;
+}
+
+// kernel<<<grid, block, smem, stream>>>(args...), as a programmatic dependent when pdl_enabled().
+template <typename... KArgs, typename... Args>
+cudaError_t launch_ex(void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
+                      Args&&... args) {
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = grid;
+  cfg.blockDim = block;
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = stream;
+  cudaLaunchAttribute attr{};
+  attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr.val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = &attr;
+  cfg.numAttrs = pdl_enabled() ? 1 : 0;
+  return cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...);
+}
 
 // Multiprocessors of the current device, asked once (the attribute query is not free per call).
 inline int sm_count() {

@@ -57,9 +57,10 @@ __host__ __device__ constexpr int x_span() { return FMT == UQR_Q4_K ? 256 : 32; 
 template <typename T, int FMT>
 __global__ void __launch_bounds__(256) quantize_x_kernel(const uqr_gemm_params p, const T* __restrict__ x, int rows,
                                                          int8_t* __restrict__ xq, int2* __restrict__ xm) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");  // the main kernel may start now
-#endif
+  // x may come from the previous kernel. The main kernel may start once this one has waited: it
+  // copies weights before its own wait, which is safe only behind a kernel that has already waited.
+  pdl_wait();
+  pdl_allow_dependents();
   const int per_row = p.K / 8;
   const int64_t t = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (t >= static_cast<int64_t>(rows) * per_row) return;  // whole warps
@@ -256,16 +257,6 @@ __device__ __forceinline__ void q4_k_stage(const unsigned char* buf, int sb, int
   }
 }
 
-// Hopper's programmatic dependent launch: the kernel starts while the quantize pre-pass runs and
-// waits here, with its first weight copies in flight, for the pre-pass's x (a no-op when launched
-// without the attribute; not compiled for sm_80). v34, 1 row on 14336 x 4096, UQR_INT8_PDL=0 vs on:
-// q4_k 18.4 -> 16.8 us, q4_0 18.3 -> 17.5.
-__device__ __forceinline__ void wait_for_prepass() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.wait;\n" ::: "memory");
-#endif
-}
-
 // One activation row stages its x through the weight ring (codes and meta of the stage behind its
 // weights, 320 bytes): x operands are then shared-memory loads, which pays where few warps hide the
 // L2 latency of global loads (N = 4096: 256 CTAs). v36, same build (UQR_INT8_XRING), 1 row, staged
@@ -338,11 +329,15 @@ __device__ __forceinline__ void int8_gemm(const Int8Args& a) {
 #pragma unroll
     for (int q = 0; q < 4; ++q) acc[t][q] = 0.f;
 
-  // Prologue: the first stages' weights, then the pre-pass's x (staged: those stages' x copies, all
-  // landed before the loop, whose wait_group then covers the stages it issues itself).
+  // Prologue, with Hopper's programmatic dependent launch (cuda_common.cuh): the kernel starts
+  // while the quantize pre-pass runs, copies the first stages' weights (the pre-pass waited for
+  // everything before it, so they are final) and then waits for the pre-pass's x (staged: those
+  // stages' x copies, all landed before the loop, whose wait_group then covers the stages it issues
+  // itself). v34, 1 row on 14336 x 4096, without the dependent launch vs with: q4_k 18.4 -> 16.8
+  // us, q4_0 18.3 -> 17.5.
 #pragma unroll
   for (int s = 0; s < kStages - 1; ++s) issue(s, false);
-  wait_for_prepass();
+  pdl_wait();
   if constexpr (kXRing) {
 #pragma unroll
     for (int s = 0; s < kStages - 1; ++s)
@@ -394,20 +389,6 @@ __global__ void __launch_bounds__(ksplit::kMaxWarps * 32) __maxnreg__((staged_ma
   int8_gemm<FMT, T, 1, true, true>(a);
 }
 
-// Whether the main kernel is launched as a programmatic dependent of the pre-pass: an sm_90 device
-// and UQR_INT8_PDL not set to 0 (A/B runs).
-inline bool use_pdl() {
-  static const bool on = [] {
-    const char* env = getenv("UQR_INT8_PDL");
-    if (env && env[0] == '0') return false;
-    int dev = 0, major = 0;
-    cudaGetDevice(&dev);
-    cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
-    return major >= 9;
-  }();
-  return on;
-}
-
 template <int FMT, typename T, int NT, bool kOneRow, bool kXRing = false>
 cudaError_t launch_tiles(const Int8Args& a, cudaStream_t stream) {
   using Ring = RowRing<Traits<FMT>>;
@@ -420,17 +401,7 @@ cudaError_t launch_tiles(const Int8Args& a, cudaStream_t stream) {
   const int warps = ksplit::pick_warps(res, a.p.K / Ring::kStageElems, grid);
   const size_t ring = static_cast<size_t>(warps) * kStages * L::kBytes;
   const size_t red = static_cast<size_t>(warps - 1) * NT * 4 * 32 * sizeof(float);
-  cudaLaunchConfig_t cfg{};
-  cfg.gridDim = dim3(grid);
-  cfg.blockDim = dim3(warps * 32);
-  cfg.dynamicSmemBytes = ring > red ? ring : red;
-  cfg.stream = stream;
-  cudaLaunchAttribute attr{};
-  attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr.val.programmaticStreamSerializationAllowed = 1;
-  cfg.attrs = &attr;
-  cfg.numAttrs = use_pdl() ? 1 : 0;
-  return cudaLaunchKernelEx(&cfg, kernel, a);
+  return launch_ex(kernel, dim3(grid), dim3(warps * 32), ring > red ? ring : red, stream, a);
 }
 
 // Whether one activation row stages its x through the ring (SlotLayout): UQR_INT8_XRING=0 / 1
@@ -446,8 +417,10 @@ inline bool stage_x(int N) {
 template <int FMT, typename T>
 cudaError_t run(const Int8Args& a, const T* x, int8_t* xq, int2* xm, cudaStream_t stream) {
   const int64_t threads = static_cast<int64_t>(a.rows) * (a.p.K / 8);
-  quantize_x_kernel<T, FMT><<<static_cast<unsigned>((threads + 255) / 256), 256, 0, stream>>>(a.p, x, a.rows, xq, xm);
-  if (const cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
+  if (const cudaError_t e = launch_ex(quantize_x_kernel<T, FMT>, dim3(static_cast<unsigned>((threads + 255) / 256)),
+                                     dim3(256), 0, stream, a.p, x, a.rows, xq, xm);
+      e != cudaSuccess)
+    return e;
   if (a.rows == 1)
     return stage_x(a.p.N) ? launch_tiles<FMT, T, 1, true, true>(a, stream) : launch_tiles<FMT, T, 1, true, false>(a, stream);
   return a.rows <= 8 ? launch_tiles<FMT, T, 1, false>(a, stream) : launch_tiles<FMT, T, 2, false>(a, stream);

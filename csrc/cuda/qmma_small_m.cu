@@ -55,6 +55,7 @@ __global__ void __launch_bounds__(kMaxWarpsK * 32) __maxnreg__((max_regs<F, NT>(
   const int warps_k = blockDim.x >> 5;
   const int s0 = n_stages * warp / warps_k, s1 = n_stages * (warp + 1) / warps_k;
   const int n_mine = s1 - s0;
+  pdl_wait();  // launched as a programmatic dependent (cuda_common.cuh): x, w and y are final now
 
   // The stage's bytes, row after row, land contiguously in the slot (row pitch = sb), so lane
   // piece idx = lane + 32 u goes to slot + 16 idx: consecutive lanes copy consecutive 16-byte
@@ -259,8 +260,7 @@ cudaError_t launch_grid(const QmmaArgs& a, int grid, int warps_k, cudaStream_t s
   constexpr int sb = stage_blocks(F::kElems, F::kBytes) * F::kBytes;
   const size_t ring = ring_bytes(warps_k, sb);
   const size_t red = static_cast<size_t>(warps_k - 1) * NT * 4 * 32 * sizeof(float);
-  qmma_small_m_kernel<F, T, NT><<<grid, warps_k * 32, ring > red ? ring : red, stream>>>(a);
-  return cudaGetLastError();
+  return launch_ex(qmma_small_m_kernel<F, T, NT>, dim3(grid), dim3(warps_k * 32), ring > red ? ring : red, stream, a);
 }
 
 template <class F, typename T, int NT>

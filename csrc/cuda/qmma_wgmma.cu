@@ -135,6 +135,8 @@ template <typename T, int kPerm>
 __global__ void permute_x_kernel(const QmmaArgs a, T* __restrict__ xp) {
   const uqr_gemm_params& p = a.p;
   const int groups = p.K / 32;
+  pdl_allow_dependents();
+  pdl_wait();  // x may come from the previous kernel
   const int64_t idx = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (idx >= static_cast<int64_t>(a.rows) * groups) return;
   const int r = static_cast<int>(idx / groups), kg = static_cast<int>(idx - static_cast<int64_t>(r) * groups);
@@ -345,6 +347,8 @@ __global__ void __launch_bounds__(kWgWarps * 32, CTAS) qmma_wgmma_kernel(const W
     xdst[u] = static_cast<uint32_t>(chunk * BM * 128 + r * 128 + ((j ^ (r & 7)) << 4));
   }
 
+  pdl_wait();  // a programmatic dependent of the x permutation (cuda_common.cuh): its x is final now
+
   float acc[BM / 2];
 #pragma unroll
   for (int i = 0; i < BM / 2; ++i) acc[i] = 0.f;
@@ -488,6 +492,7 @@ __global__ void __launch_bounds__(kWgWarps * 32, CTAS) qmma_wgmma_kernel(const W
 // y = the sum of the splits' partial products, one thread per output element.
 template <typename T>
 __global__ void reduce_splits_kernel(const WgArgs wa) {
+  pdl_wait();  // the wgmma kernel's partial sums
   const QmmaArgs& a = wa.q;
   const int64_t plane = static_cast<int64_t>(a.rows) * a.p.N;
   const int64_t idx = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
@@ -547,11 +552,11 @@ cudaError_t launch_wgmma(const WgArgs& wa, cudaStream_t stream) {
                                                          cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
     if (attr != cudaSuccess) return attr;
     const dim3 grid((wa.q.p.N + kWgWarps * kWarpRows - 1) / (kWgWarps * kWarpRows), (wa.q.rows + BM - 1) / BM, wa.splits);
-    qmma_wgmma_kernel<F, T, BM, CTAS><<<grid, kWgWarps * 32, smem, stream>>>(wa);
-    if (const cudaError_t e = cudaGetLastError(); e != cudaSuccess || wa.splits == 1) return e;
+    if (const cudaError_t e = launch_ex(qmma_wgmma_kernel<F, T, BM, CTAS>, grid, dim3(kWgWarps * 32), smem, stream, wa);
+        e != cudaSuccess || wa.splits == 1)
+      return e;
     const int64_t outs = static_cast<int64_t>(wa.q.rows) * wa.q.p.N;
-    reduce_splits_kernel<T><<<static_cast<unsigned>((outs + 255) / 256), 256, 0, stream>>>(wa);
-    return cudaGetLastError();
+    return launch_ex(reduce_splits_kernel<T>, dim3(static_cast<unsigned>((outs + 255) / 256)), dim3(256), 0, stream, wa);
   }
 }
 
@@ -577,8 +582,10 @@ cudaError_t run_wgmma(WgArgs wa, T* xp, cudaStream_t stream) {
   if (!wgmma_compiled<F, T>()) return cudaErrorNoKernelImageForDevice;
   QmmaArgs& a = wa.q;
   const int64_t threads = static_cast<int64_t>(a.rows) * (a.p.K / 32);
-  permute_x_kernel<T, wg_perm<F>()><<<static_cast<unsigned>((threads + 255) / 256), 256, 0, stream>>>(a, xp);
-  if (const cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
+  if (const cudaError_t e = launch_ex(permute_x_kernel<T, wg_perm<F>()>, dim3(static_cast<unsigned>((threads + 255) / 256)),
+                                     dim3(256), 0, stream, a, xp);
+      e != cudaSuccess)
+    return e;
   // The kernel reads the permuted copy: contiguous rows of K, no heads, batch folded into rows.
   a.x = xp;
   const WgConfig c = pick_config<F>(a.rows, a.p.N);
