@@ -140,12 +140,43 @@ struct XLanes {
   __device__ uint2 codes(int t, int j) const { return load(reinterpret_cast<const uint2*>(frag[t] + kQBlock * j)); }
   __device__ int2 m0(int t, int j) const { return load(meta0[t] + j); }
   __device__ int2 m1(int t, int j) const { return load(meta1[t] + j); }
+  __device__ void consumed(int) {}
+};
+
+// One activation row's x a stage ahead in registers (global x, one column tile): the stage
+// functions read block j from registers, and once they are done with it (consumed) those registers
+// load block j of the next stage, a stage of work before it is needed. v39 ncu of the global-x
+// kernel at one row: 6.5-7.7 of 18-19 stall cycles an instruction were long-scoreboard waits, the
+// x loads from L2 at the start of each stage.
+struct XPipe {
+  static constexpr int kBlocks = 8;  // 32-element blocks a stage (256 elements for q4_0 and q4_k)
+  const int8_t* frag;  // the next stage's codes and meta
+  const int2* meta;
+  uint2 c[kBlocks];
+  int2 m[kBlocks];
+  __device__ void load(int j) {
+    c[j] = __ldg(reinterpret_cast<const uint2*>(frag + kQBlock * j));
+    m[j] = __ldg(meta + j);
+  }
+  // Stage 0 into the registers; the pointers then at stage 1 (stage 0 again when there is none: a
+  // harmless valid reload).
+  __device__ void start(const int8_t* f, const int2* mt, bool more) {
+    frag = f, meta = mt;
+#pragma unroll
+    for (int j = 0; j < kBlocks; ++j) load(j);
+    if (more) next();
+  }
+  __device__ void next() { frag += kBlocks * kQBlock, meta += kBlocks; }
+  __device__ uint2 codes(int, int j) const { return c[j]; }
+  __device__ int2 m0(int, int j) const { return m[j]; }
+  __device__ int2 m1(int, int j) const { return m[j]; }
+  __device__ void consumed(int j) { load(j); }
 };
 
 // q4_0: a stage = 8 blocks of 18 bytes a row; per block one MMA a column tile with C = -8 sum(x),
 // then acc += float(dot) * d_w * d_x.
 template <int NT, bool kOneRow, class X>
-__device__ __forceinline__ void q4_0_stage(const unsigned char* buf, int sb, int g, int c, const X& x,
+__device__ __forceinline__ void q4_0_stage(const unsigned char* buf, int sb, int g, int c, X& x,
                                            float (&acc)[NT][4]) {
   constexpr int kBytes = UQR_Q4_0_BYTES;
   // At two column tiles, trips of 2 blocks: unrolled whole, the stage's x loads were all hoisted
@@ -177,6 +208,7 @@ __device__ __forceinline__ void q4_0_stage(const unsigned char* buf, int sb, int
         acc[t][3] = fmaf(static_cast<float>(dot[3]), dg8 * d1, acc[t][3]);
       }
     }
+    x.consumed(j);
   }
 }
 
@@ -184,8 +216,11 @@ __device__ __forceinline__ void q4_0_stage(const unsigned char* buf, int sb, int
 // times the row's 6-bit scale, and the row's 6-bit min times the column's x sum, add up in
 // integers over the 8 sub-blocks (|sum| < 8 * 63 * 61440 < 2^31); then acc += d_x (d I1 - dmin I2).
 template <int NT, bool kOneRow, class X>
-__device__ __forceinline__ void q4_k_stage(const unsigned char* buf, int sb, int g, int c, const X& x,
+__device__ __forceinline__ void q4_k_stage(const unsigned char* buf, int sb, int g, int c, X& x,
                                            float (&acc)[NT][4]) {
+  float d_x[NT][2];  // the columns' x scales: one a super-block, read before x.consumed() reloads it
+#pragma unroll
+  for (int t = 0; t < NT; ++t) d_x[t][0] = __int_as_float(x.m0(t, 0).x), d_x[t][1] = kOneRow ? 0.f : __int_as_float(x.m1(t, 0).x);
   const uint8_t* bg = buf + g * sb;
   const uint8_t* bg8 = bg + 8 * sb;
   uint32_t sc[2][2], mn[2][2];  // [row g / g + 8][sub-blocks 0-3 / 4-7], a byte per sub-block
@@ -236,6 +271,7 @@ __device__ __forceinline__ void q4_k_stage(const unsigned char* buf, int sb, int
           mins[t][3] += m_g8 * x1;
         }
       }
+      x.consumed(j);
     }
   }
   const uint32_t dd_g = u32_at4(bg), dd_g8 = u32_at4(bg8);
@@ -245,12 +281,11 @@ __device__ __forceinline__ void q4_k_stage(const unsigned char* buf, int sb, int
                            __half2float(__ushort_as_half(static_cast<unsigned short>(dd_g8 >> 16)))};
 #pragma unroll
   for (int t = 0; t < NT; ++t) {
-    const float d_x[2] = {__int_as_float(x.m0(t, 0).x), kOneRow ? 0.f : __int_as_float(x.m1(t, 0).x)};
 #pragma unroll
     for (int q = 0; q < 4; ++q) {
       if (kOneRow && (q & 1)) continue;
       const int h = q >> 1;
-      acc[t][q] = fmaf(d_x[q & 1],
+      acc[t][q] = fmaf(d_x[t][q & 1],
                        fmaf(d_w[h], static_cast<float>(dots[t][q]), -dmin_w[h] * static_cast<float>(mins[t][q])),
                        acc[t][q]);
     }
@@ -274,10 +309,12 @@ struct SlotLayout {
   static_assert(kCodes % 16 == 0 && kMeta % 16 == 0 && kBytes % 16 == 0 && kXPieces <= 32, "16-byte copies");
 };
 
-template <int FMT, typename T, int NT, bool kOneRow, bool kXRing>
+template <int FMT, typename T, int NT, bool kOneRow, bool kXRing, bool kXPipe = false>
 __device__ __forceinline__ void int8_gemm(const Int8Args& a) {
   static_assert(!kXRing || kOneRow, "only one activation row is staged");
+  static_assert(!kXPipe || (kOneRow && NT == 1 && !kXRing), "one row's global x is pipelined");
   using Ring = RowRing<Traits<FMT>>;
+  static_assert(Ring::kStageElems == XPipe::kBlocks * kQBlock, "a stage is XPipe's 8 blocks");
   using L = SlotLayout<FMT, kXRing>;
   extern __shared__ __align__(16) unsigned char smem[];
   const uqr_gemm_params& p = a.p;
@@ -346,6 +383,12 @@ __device__ __forceinline__ void int8_gemm(const Int8Args& a) {
     cp_async_wait<0>();
     __syncwarp();
   }
+  XPipe xp;
+  if constexpr (kXPipe) xp.start(x.frag[0], x.meta0[0], n_mine > 1);
+  auto stage = [&](const unsigned char* buf, auto& xs) {
+    if constexpr (FMT == UQR_Q4_0) q4_0_stage<NT, kOneRow>(buf, Ring::kStageBytes, g, c, xs, acc);
+    else q4_k_stage<NT, kOneRow>(buf, Ring::kStageBytes, g, c, xs, acc);
+  };
   int slot_out = 0;
   for (int i = 0; i < n_mine; ++i) {
     issue(i + kStages - 1, true);
@@ -357,9 +400,13 @@ __device__ __forceinline__ void int8_gemm(const Int8Args& a) {
       x.frag[0] = reinterpret_cast<const int8_t*>(buf + L::kCodes) + 8 * c;
       x.meta0[0] = reinterpret_cast<const int2*>(buf + L::kMeta);
     }
-    if constexpr (FMT == UQR_Q4_0) q4_0_stage<NT, kOneRow>(buf, Ring::kStageBytes, g, c, x, acc);
-    else q4_k_stage<NT, kOneRow>(buf, Ring::kStageBytes, g, c, x, acc);
-    if constexpr (!kXRing) x.advance(Ring::kStageElems);
+    if constexpr (kXPipe) {
+      stage(buf, xp);
+      if (i + 2 < n_mine) xp.next();
+    } else {
+      stage(buf, x);
+      if constexpr (!kXRing) x.advance(Ring::kStageElems);
+    }
     __syncwarp();  // the slot is refilled by the next iteration's issue
   }
   float total[NT][4];
@@ -374,9 +421,9 @@ __device__ __forceinline__ void int8_gemm(const Int8Args& a) {
 // x read from global memory: registers as ptxas chooses (a cap makes it take the whole budget, and
 // fewer resident warps measured slower: v33's 72-80 against v34's 40-64, q4_k 18.1 vs 16.8 us at
 // one row on 14336 x 4096).
-template <int FMT, typename T, int NT, bool kOneRow>
+template <int FMT, typename T, int NT, bool kOneRow, bool kXPipe>
 __global__ void __launch_bounds__(ksplit::kMaxWarps * 32) qmma_int8_kernel(const Int8Args a) {
-  int8_gemm<FMT, T, NT, kOneRow, false>(a);
+  int8_gemm<FMT, T, NT, kOneRow, false, kXPipe>(a);
 }
 // One row with x staged: left to itself ptxas settled q4_k at 64 registers with a 4-byte spill
 // (sm_90a), and q4_0 spilled at a cap of 72; 80 is spill-free for both. (A function of FMT because
@@ -389,11 +436,11 @@ __global__ void __launch_bounds__(ksplit::kMaxWarps * 32) __maxnreg__((staged_ma
   int8_gemm<FMT, T, 1, true, true>(a);
 }
 
-template <int FMT, typename T, int NT, bool kOneRow, bool kXRing = false>
+template <int FMT, typename T, int NT, bool kOneRow, bool kXRing = false, bool kXPipe = false>
 cudaError_t launch_tiles(const Int8Args& a, cudaStream_t stream) {
   using Ring = RowRing<Traits<FMT>>;
   using L = SlotLayout<FMT, kXRing>;
-  const auto kernel = kXRing ? qmma_int8_kernel_staged<FMT, T> : qmma_int8_kernel<FMT, T, NT, kOneRow>;
+  const auto kernel = kXRing ? qmma_int8_kernel_staged<FMT, T> : qmma_int8_kernel<FMT, T, NT, kOneRow, kXPipe>;
   static const ksplit::Residency res =
       ksplit::residency_of(kernel, [](int w) { return static_cast<size_t>(w) * kStages * L::kBytes; });
   if (res.err != cudaSuccess) return res.err;
@@ -414,6 +461,16 @@ inline bool stage_x(int N) {
   return forced >= 0 ? forced != 0 : (N + kWarpRows - 1) / kWarpRows < 4 * sm_count();
 }
 
+// Whether one activation row read from global memory keeps its x a stage ahead in registers
+// (XPipe); UQR_INT8_XPIPE=0 turns it off (A/B runs).
+inline bool pipe_x() {
+  static const bool on = [] {
+    const char* env = getenv("UQR_INT8_XPIPE");
+    return !(env && env[0] == '0');
+  }();
+  return on;
+}
+
 template <int FMT, typename T>
 cudaError_t run(const Int8Args& a, const T* x, int8_t* xq, int2* xm, cudaStream_t stream) {
   const int64_t threads = static_cast<int64_t>(a.rows) * (a.p.K / 8);
@@ -422,7 +479,9 @@ cudaError_t run(const Int8Args& a, const T* x, int8_t* xq, int2* xm, cudaStream_
       e != cudaSuccess)
     return e;
   if (a.rows == 1)
-    return stage_x(a.p.N) ? launch_tiles<FMT, T, 1, true, true>(a, stream) : launch_tiles<FMT, T, 1, true, false>(a, stream);
+    return stage_x(a.p.N) ? launch_tiles<FMT, T, 1, true, true>(a, stream)
+           : pipe_x()     ? launch_tiles<FMT, T, 1, true, false, true>(a, stream)
+                          : launch_tiles<FMT, T, 1, true, false>(a, stream);
   return a.rows <= 8 ? launch_tiles<FMT, T, 1, false>(a, stream) : launch_tiles<FMT, T, 2, false>(a, stream);
 }
 
