@@ -30,9 +30,10 @@ __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_gr
 // second kernel of the same call (the x pre-passes) lets that one launch at once with
 // pdl_allow_dependents(); a call's last kernel does not, so the next call launches as its CTAs
 // exit. v38, one build (bench/NOTES.md): the last kernel letting the next call launch at its start
-// or after its main loop cost up to 4 us at one row (4096 x 14336 mlx4 19.4 -> 23.6 / 22.7), the
-// next call's CTAs crowding into the slots free at that moment; at the exit it saved up to 1.3 us
-// (wgmma, 128 rows: q4_0 44.5 -> 43.2). Both are no-ops on sm_80 and without the attribute.
+// or after its main loop cost up to 4 us at one row (4096 x 14336 mlx4 23.6 / 22.7 us against
+// 19.4 at the exit), the next call's CTAs crowding into the slots free at that moment; launching
+// at the exit saved 1.3-2.2 us against no dependent launch (wgmma, 128 rows: q4_0 45.4 / 44.5 ->
+// 43.2). Both are no-ops on sm_80 and without the attribute.
 __device__ __forceinline__ void pdl_wait() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.wait;\n" ::: "memory");

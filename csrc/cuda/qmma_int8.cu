@@ -19,9 +19,10 @@
 //
 // Work split as in qmma_small_m.cu: a CTA owns 16 weight rows and 1-8 warps that split K, each
 // streaming its rows' stages through a private cp.async ring (RowRing); x comes from global memory
-// (L1/L2: every CTA reads all of it, 1 byte an element here), or at one row and few CTAs staged
-// through the ring behind the weights (SlotLayout). Path "int8" runs this kernel only where it
-// measured faster than the exact one (configs.INT8_AUTO_MAX_ROWS; bench/NOTES.md v31-v36).
+// (L1/L2: every CTA reads all of it, 1 byte an element here); at one row it is staged through the
+// ring behind the weights where there are few CTAs (SlotLayout), else read a stage ahead into
+// registers (XPipe). Path "int8" runs this kernel only where it measured faster than the exact one
+// (configs.INT8_AUTO_MAX_ROWS; bench/NOTES.md v31-v40).
 #include <cstdlib>
 
 #include "qmma_int8.h"
