@@ -5,6 +5,8 @@
 # and the small-M / int8 / wgmma GPU tests, then one build's A/B of UQR_PDL (0 / 1) x
 # UQR_L2_PREFETCH (0 = none / unset = whole share): exact kernel at 1 and 16 rows, int8 at one
 # row, wgmma at 128 rows.
+# Note: UQR_L2_PREFETCH existed only in the uncommitted tree this measured; the variants that lost
+# were removed before commit 2e8f085, so rerunning this now times UQR_PDL alone.
 source "$(dirname "$0")/h200_lib.sh"
 {
   h200_header
