@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import os
 
+import pytest
 import torch
 
 
@@ -19,6 +20,14 @@ def check_half(y: torch.Tensor, ref: torch.Tensor, dtype: torch.dtype, what: str
     """y in x's half dtype and within HALF_TOL of the float64 reference (element-wise within 4x)."""
     assert y.dtype == dtype, (what, y.dtype)
     check_close(y, ref, HALF_TOL[dtype], what, worst_factor=4)
+
+
+def require_qmma_kernel() -> None:
+    """Skip unless torch_uqr._C was built with the CUDA C++ tensor-core kernels."""
+    ops = pytest.importorskip("torch_uqr.ops")
+    from torch_uqr.triton_kernels.dispatch import qmma_available
+    if not ops.op_available() or not qmma_available():
+        pytest.skip("torch_uqr._C was built without the CUDA kernels")
 
 
 def fresh_seed() -> int:

@@ -16,7 +16,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from cuda_test_helpers import check_half, fresh_seed
+from cuda_test_helpers import check_half, fresh_seed, require_qmma_kernel
 from gemm_helpers import int8_reference
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
@@ -26,10 +26,7 @@ K = 2048  # square weights: y of one call is x of the next; 8 stages, split over
 
 @pytest.fixture(autouse=True)
 def _needs_kernel(monkeypatch):
-    ops = pytest.importorskip("torch_uqr.ops")
-    from torch_uqr.triton_kernels.dispatch import qmma_available
-    if not ops.op_available() or not qmma_available():
-        pytest.skip("torch_uqr._C was built without the CUDA kernels")
+    require_qmma_kernel()
     monkeypatch.setenv("UQR_POISON", "1")
 
 

@@ -13,17 +13,14 @@ from __future__ import annotations
 import pytest
 import torch
 
-from cuda_test_helpers import TC_FORMAT_IDS, TC_FORMATS, check_half, check_layouts, fresh_seed
+from cuda_test_helpers import TC_FORMAT_IDS, TC_FORMATS, check_half, check_layouts, fresh_seed, require_qmma_kernel
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 
 
 @pytest.fixture(autouse=True)
 def _needs_kernel(monkeypatch):
-    ops = pytest.importorskip("torch_uqr.ops")
-    from torch_uqr.triton_kernels.dispatch import qmma_available
-    if not ops.op_available() or not qmma_available():
-        pytest.skip("torch_uqr._C was built without the CUDA kernels")
+    require_qmma_kernel()
     monkeypatch.setenv("UQR_POISON", "1")
 
 
