@@ -25,7 +25,11 @@ def main() -> None:
     a = ap.parse_args()
     l2 = torch.cuda.get_device_properties(0).L2_cache_size
     dec = scratch_decoder()
-    configs = [tuple(map(int, c.split("x"))) for c in a.configs.split(",")]
+    # "SxR" = S slices in R buffers; "SxRfP" = the first slice P % of N (scratch_pipeline.slice_bounds)
+    configs = []
+    for c in a.configs.split(","):
+        sr, _, pct = c.partition("f")
+        configs.append((*map(int, sr.split("x")), float(pct or 0) / 100))
     out = []
     for shape in a.shapes.split(","):
         N, K = map(int, shape.split("x"))
@@ -48,15 +52,17 @@ def main() -> None:
                 ref = scratch_pipelined(X[0][:M], W[0], fmt, N, K, g, torch.empty(M, N, device="cuda",
                                         dtype=torch.bfloat16), dec, 1).float()
                 line = []
-                for chunks, ring in configs:
-                    y = scratch_pipelined(X[0][:M], W[0], fmt, N, K, g, Y[0].fill_(float("nan")), dec, chunks, ring)
+                for chunks, ring, first in configs:
+                    y = scratch_pipelined(X[0][:M], W[0], fmt, N, K, g, Y[0].fill_(float("nan")), dec, chunks, ring,
+                                          first)
                     torch.cuda.synchronize()
                     err = float((y.float() - ref).abs().max() / ref.abs().max())
                     ms = _time_calls([lambda j=j: scratch_pipelined(X[j % 8][:M], W[j], fmt, N, K, g, Y[j], dec,
-                                                                    chunks, ring) for j in range(n)], a.reps)
-                    out.append({"N": N, "K": K, "M": M, "fmt": fmt, "case": f"{chunks}x{ring}", "us": ms * 1e3,
+                                                                    chunks, ring, first) for j in range(n)], a.reps)
+                    name = f"{chunks}x{ring}" + (f"f{round(first * 100)}" if first else "")
+                    out.append({"N": N, "K": K, "M": M, "fmt": fmt, "case": name, "us": ms * 1e3,
                                 "rel_err_vs_plain": err})
-                    line.append(f"{chunks}x{ring} {ms*1e3:7.1f}" + ("" if err < 1e-2 else f" ERR {err:.1e}"))
+                    line.append(f"{name} {ms*1e3:7.1f}" + ("" if err < 1e-2 else f" ERR {err:.1e}"))
                 print(f"{shape} M={M:5d} {fmt:6s} " + " | ".join(line), flush=True)
                 del Y
             del W

@@ -87,7 +87,8 @@ def test_int8_cuda_matches_reference(cuda, fmt: str) -> None:
     """Every row count of both column tiles (1, 7, 16; batches of 2 x 8 and 3 x 5), N with a partial
     16-row CTA and N enough to fill the GPU, K of one and several stages per warp. One row takes x
     staged through the ring below 4 CTAs an SM (on the H200: N < 8448) and from global memory a
-    stage ahead in registers above (8464; UQR_INT8_XPIPE=0 in the H200 scripts: without)."""
+    stage ahead in registers above (8464; UQR_INT8_XPIPE=0 in the H200 scripts: without); both
+    unless the block-column kernel takes every one-row call (UQR_INT8_COLS, on by default)."""
     for N, K in ((256, 512), (4352, 1024), (200, 1536), (8464, 2048)):
         w, W = _weight(fmt, N, K)
         for dtype in HALF:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from torch_uqr.triton_kernels.scratch_pipeline import chunk_rows
+from torch_uqr.triton_kernels.scratch_pipeline import chunk_rows, slice_bounds
 
 from cuda_test_helpers import check_close, fresh_seed
 
@@ -23,6 +23,19 @@ def test_chunk_rows(N: int, chunks: int, align: int, want: int) -> None:
     rows = chunk_rows(N, chunks, align)
     assert rows == want
     assert rows % align == 0 or rows == N  # every slice but the last is a whole number of tiles
+
+
+@pytest.mark.parametrize("N,chunks,first,want", [(14336, 2, 0.0, [0, 7168, 14336]),
+                                                  (14336, 2, 0.25, [0, 3584, 14336]),
+                                                  (14336, 3, 0.2, [0, 2816, 8576, 14336]),
+                                                  (1000, 3, 0.3, [0, 256, 640, 1000]),
+                                                  (1000, 2, 0.01, [0, 128, 1000]),
+                                                  (100, 2, 0.5, [0, 100]), (4096, 1, 0.3, [0, 4096])])
+def test_slice_bounds(N: int, chunks: int, first: float, want: list[int]) -> None:
+    """Slices cover [0, N) in order, every one but the last a whole number of 128-row tiles."""
+    b = slice_bounds(N, chunks, first)
+    assert b == want
+    assert all(0 < hi - lo and (lo % 128 == 0) for lo, hi in zip(b, b[1:]))
 
 
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
@@ -45,11 +58,11 @@ def test_pipelined_matches_reference(fmt: str, g: int) -> None:
     for M in (1, 7, 33, 129):
         x = torch.randn(M, K, device="cuda", dtype=torch.bfloat16)
         ref = x.double() @ wref.t()
-        for chunks, ring in ((1, 1), (2, 1), (3, 2), (8, 3), (64, 2)):
+        for chunks, ring, first in ((1, 1, 0), (2, 1, 0), (3, 2, 0), (8, 3, 0), (64, 2, 0), (2, 2, 0.3), (3, 2, 0.2)):
             wide = torch.full((M, N + 24), float("nan"), device="cuda", dtype=torch.bfloat16)
-            y = scratch_pipelined(x, w, fmt, N, K, g, wide[:, 8:8 + N], _decoder(), chunks, ring)
+            y = scratch_pipelined(x, w, fmt, N, K, g, wide[:, 8:8 + N], _decoder(), chunks, ring, first)
             torch.cuda.synchronize()
-            check_close(y.float(), ref, 8e-3, f"{fmt} M={M} {chunks}x{ring}", worst_factor=4)
+            check_close(y.float(), ref, 8e-3, f"{fmt} M={M} {chunks}x{ring} first {first}", worst_factor=4)
             assert torch.isnan(wide[:, :8]).all() and torch.isnan(wide[:, 8 + N:]).all(), "wrote outside y"
 
 
@@ -86,11 +99,12 @@ def test_pipelined_rejects_bad_layouts() -> None:
 
 def test_pipeline_table_lookup(monkeypatch) -> None:
     from torch_uqr.triton_kernels import configs
-    monkeypatch.setattr(configs, "SCRATCH_PIPELINE", ((512, 8192, 4, 2), (2048, 8192, 8, 3), (4096, 0, 1, 1)))
+    monkeypatch.setattr(configs, "SCRATCH_PIPELINE", ((512, 8192, 4, 2, 0.0), (2048, 8192, 8, 3, 0.3),
+                                                      (4096, 0, 1, 1, 0.0)))
     assert configs.scratch_pipeline_for(511, 14336) is None
-    assert configs.scratch_pipeline_for(512, 14336) == (4, 2)
+    assert configs.scratch_pipeline_for(512, 14336) == (4, 2, 0.0)
     assert configs.scratch_pipeline_for(512, 4096) is None  # N below the entry's minimum
-    assert configs.scratch_pipeline_for(2048, 14336) == (8, 3)
+    assert configs.scratch_pipeline_for(2048, 14336) == (8, 3, 0.3)
     assert configs.scratch_pipeline_for(4096, 14336) is None  # a later entry with 1 slice turns it off
     monkeypatch.setattr(configs, "SCRATCH_PIPELINE", ())
     assert configs.scratch_pipeline_for(4096, 14336) is None
@@ -102,10 +116,10 @@ def test_gemm_uses_pipeline_end_to_end(monkeypatch) -> None:
     from torch_uqr.triton_kernels import configs, dispatch
     from torch_uqr.triton_kernels.testing import random_packed, reference_dequantize
     monkeypatch.setenv("UQR_POISON", "1")
-    monkeypatch.setattr(configs, "SCRATCH_PIPELINE", ((1, 1, 3, 2),))
+    monkeypatch.setattr(configs, "SCRATCH_PIPELINE", ((1, 1, 3, 2, 0.25),))
     calls = []
     real = dispatch.scratch_pipelined
-    monkeypatch.setattr(dispatch, "scratch_pipelined", lambda *a: calls.append(a[-2:]) or real(*a))
+    monkeypatch.setattr(dispatch, "scratch_pipelined", lambda *a: calls.append(a[-3:]) or real(*a))
     N, K = 777, 1024
     w = random_packed("q4_1", N, K, 0, seed=fresh_seed(), device="cuda")
     wref = reference_dequantize(w, "q4_1", N, K, 0)
@@ -113,4 +127,4 @@ def test_gemm_uses_pipeline_end_to_end(monkeypatch) -> None:
         x = torch.randn(*shape, device="cuda", dtype=torch.bfloat16)
         y = dispatch.gemm_triton(x, w, "q4_1", N, K, 0, kernel="scratch")
         check_close(y.float(), x.double() @ wref.t(), 8e-3, f"pipelined gemm {shape}", worst_factor=4)
-    assert calls == [(3, 2), (3, 2)]
+    assert calls == [(3, 2, 0.25), (3, 2, 0.25)]

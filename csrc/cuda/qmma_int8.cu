@@ -19,10 +19,13 @@
 //
 // Work split as in qmma_small_m.cu: a CTA owns 16 weight rows and 1-8 warps that split K, each
 // streaming its rows' stages through a private cp.async ring (RowRing); x comes from global memory
-// (L1/L2: every CTA reads all of it, 1 byte an element here); at one row it is staged through the
-// ring behind the weights where there are few CTAs (SlotLayout), else read a stage ahead into
-// registers (XPipe). Path "int8" runs this kernel only where it measured faster than the exact one
-// (configs.INT8_AUTO_MAX_ROWS; bench/NOTES.md v31-v40).
+// (L1/L2: every CTA reads all of it, 1 byte an element here). One row runs the block-column form
+// (ColsX: each k-slot of the MMA its own block, x only in that block's column, scales once per block;
+// v44, 14336 x 4096, us: q4_0 15.8 / 16.2 -> 14.5 / 13.8, q4_k 15.4 / 15.6 -> 14.5 / 14.2); with it
+// off (UQR_INT8_COLS=0) one row's x is staged through the ring behind the weights where there are few
+// CTAs (SlotLayout), else read a stage ahead into registers (XPipe). Path "int8" runs this kernel
+// only where it measured faster than the exact one (configs.INT8_AUTO_MAX_ROWS; bench/NOTES.md
+// v31-v44).
 #include <cstdlib>
 
 #include "qmma_int8.h"
@@ -55,7 +58,8 @@ __host__ __device__ constexpr int x_span() { return FMT == UQR_Q4_K ? 256 : 32; 
 
 // One thread = 8 consecutive x elements; a span's threads are consecutive lanes of one warp
 // (K / 8 per row is a multiple of 32), so the span max and the block sum are shuffles.
-template <typename T, int FMT>
+// kNatural: codes in element order (the one-row block-column kernel), else in lane order.
+template <typename T, int FMT, bool kNatural>
 __global__ void __launch_bounds__(256) quantize_x_kernel(const uqr_gemm_params p, const T* __restrict__ x, int rows,
                                                          int8_t* __restrict__ xq, int2* __restrict__ xm) {
   // x may come from the previous kernel. The main kernel may start once this one has waited: it
@@ -94,6 +98,13 @@ __global__ void __launch_bounds__(256) quantize_x_kernel(const uqr_gemm_params p
   }
   sum += __shfl_xor_sync(0xFFFFFFFFu, sum, 1);
   sum += __shfl_xor_sync(0xFFFFFFFFu, sum, 2);
+  int2* meta = xm + static_cast<int64_t>(r) * (p.K / kQBlock) + e / 4;
+  const int2 mv = make_int2(__float_as_int(d), FMT == UQR_Q4_0 ? -8 * sum : sum);
+  if constexpr (kNatural) {
+    *reinterpret_cast<uint2*>(xq + static_cast<int64_t>(r) * p.K + 8 * e) = make_uint2(packed[0], packed[1]);
+    if ((e & 3) == 0) *meta = mv;
+    return;
+  }
   // Lane order: slot c of a 32-element block gets elements 4c..4c+3 (this block's thread c / 2,
   // its low or high word by c's parity) and 16+4c..16+4c+3 (thread 2 + c / 2).
   const int c = e & 3, quad = static_cast<int>(threadIdx.x & 31) & ~3;
@@ -103,9 +114,7 @@ __global__ void __launch_bounds__(256) quantize_x_kernel(const uqr_gemm_params p
   const uint32_t hi_b = __shfl_sync(0xFFFFFFFFu, packed[1], quad + 2 + (c >> 1));
   *reinterpret_cast<uint2*>(xq + static_cast<int64_t>(r) * p.K + 8 * e) =
       make_uint2((c & 1) ? hi_a : lo_a, (c & 1) ? hi_b : lo_b);
-  if (c == 0)
-    xm[static_cast<int64_t>(r) * (p.K / kQBlock) + e / 4] =
-        make_int2(__float_as_int(d), FMT == UQR_Q4_0 ? -8 * sum : sum);
+  if (c == 0) *meta = mv;
 }
 
 // D = A B + C, m16n8k32, A unsigned bytes (the weights' codes), B signed bytes (x), s32.
@@ -293,6 +302,139 @@ __device__ __forceinline__ void q4_k_stage(const unsigned char* buf, int sb, int
   }
 }
 
+// -- One row, a block a column -------------------------------------------------------------------
+// At one activation row, 7 of m16n8k32's 8 columns carry nothing in the stage functions above, and
+// every MMA needs its block's scales applied after it. Here each of a lane quad's 4 k-slots takes
+// the codes of a different block (q4_0: half a block, its low or its high nibbles; q4_k: one
+// sub-block), and x enters B only in the column that belongs to that block - every other lane's B
+// is zero - so D[row][n] accumulates block n's own integer dot product over several MMAs, and its
+// scales are applied once per block and row instead of once per MMA. A lane's codes are then bytes
+// of one block in order: 16-byte shared loads for q4_k, and x in element order. High nibbles enter
+// as the byte masked (16 x code, a column of its own) and are divided by 16 exactly afterwards.
+// Lane (g, c) holds D[g][2c], D[g][2c + 1] and rows g + 8's: lane c's low- and high-nibble columns.
+//
+// x: lane (2c, c) feeds column 2c (the low nibbles' x of lane c's block), lane (2c + 1, c) column
+// 2c + 1 (the high nibbles'), 16 bytes a piece; the other 24 lanes keep zeros. Like XPipe, each
+// piece is reloaded with the next stage's once its MMAs have been issued.
+struct ColsX {
+  const int8_t* frag;  // this lane's two pieces at the next stage: frag and frag + step
+  const int4* meta;    // {d, sum} of lane c's blocks 2c and 2c + 1 at the next stage
+  int step;
+  bool lo_lane, hi_lane;
+  uint4 lo[2] = {}, hi[2] = {};  // never loaded, so zero, in lanes that do not feed that column
+  int4 m;
+  // Piece i of the lanes feeding the low (lo_side) / high (hi_side) columns.
+  __device__ void load(int i, bool lo_side = true, bool hi_side = true) {
+    if (lo_side && lo_lane) lo[i] = __ldg(reinterpret_cast<const uint4*>(frag + i * step));
+    if (hi_side && hi_lane) hi[i] = __ldg(reinterpret_cast<const uint4*>(frag + i * step));
+  }
+  __device__ void load_meta() { m = __ldg(meta); }
+  __device__ void start(const int8_t* f, const int4* mt, int st, int g, int c, bool more) {
+    frag = f, meta = mt, step = st;
+    lo_lane = g == 2 * c, hi_lane = g == 2 * c + 1;
+    load(0), load(1), load_meta();
+    if (more) next();
+  }
+  __device__ void next() { frag += 256, meta += 256 / (2 * kQBlock); }
+};
+
+template <int N>
+__device__ __forceinline__ uint32_t word_of(const uint4 (&v)[N], int i) {
+  const uint4& h = v[i >> 2];
+  return (i & 3) == 0 ? h.x : (i & 3) == 1 ? h.y : (i & 3) == 2 ? h.z : h.w;
+}
+__device__ __forceinline__ uint4 lds16(const uint8_t* p) { return *reinterpret_cast<const uint4*>(p); }
+
+constexpr uint32_t kHighNibbles = 0xF0F0F0F0u;
+
+// One MMA of the block-column kernels: code words w, w + 1 of rows g (r0) and g + 8 (r1) masked to
+// their low or high nibbles, against x words xw, xw + 1.
+template <int NR, int NX>
+__device__ __forceinline__ void cols_mma(int (&d)[4], const uint4 (&r0)[NR], const uint4 (&r1)[NR], int w,
+                                         uint32_t mask, const uint4 (&xs)[NX], int xw) {
+  const uint32_t a[4] = {word_of(r0, w) & mask, word_of(r1, w) & mask, word_of(r0, w + 1) & mask,
+                         word_of(r1, w + 1) & mask};
+  imma16832(d, a, word_of(xs, xw), word_of(xs, xw + 1), d);
+}
+
+// q4_0, one row: two rounds of 4 MMAs, lane c taking block 2c + r in round r (so a round's blocks
+// share their alignment: even ones start word-aligned, odd ones at 2 mod 4 with word-aligned codes).
+__device__ __forceinline__ void q4_0_cols_stage(const unsigned char* buf, int sb, int g, int c, ColsX& x,
+                                                float (&acc)[4]) {
+  const int4 m = x.m;
+  x.load_meta();
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    uint4 q[2][1];
+    float dw[2];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const uint8_t* blk = buf + (g + 8 * h) * sb + 36 * c + 18 * r;
+      if (r == 0) {
+        uint32_t w[5];
+#pragma unroll
+        for (int i = 0; i < 5; ++i) w[i] = u32_at4(blk + 4 * i);
+        dw[h] = __half2float(__ushort_as_half(static_cast<unsigned short>(w[0] & 0xFFFFu)));
+        q[h][0] = make_uint4(__byte_perm(w[0], w[1], 0x5432), __byte_perm(w[1], w[2], 0x5432),
+                             __byte_perm(w[2], w[3], 0x5432), __byte_perm(w[3], w[4], 0x5432));
+      } else {
+        dw[h] = half_at(blk);
+        q[h][0] = make_uint4(u32_at4(blk + 2), u32_at4(blk + 6), u32_at4(blk + 10), u32_at4(blk + 14));
+      }
+    }
+    const int zp = r ? m.w : m.y;
+    const float dx = __int_as_float(r ? m.z : m.x);
+    int d[4] = {zp, 0, zp, 0};
+#pragma unroll
+    for (int j = 0; j < 2; ++j) cols_mma(d, q[0], q[1], 2 * j, kLowNibbles, x.lo, 4 * r + 2 * j);
+#pragma unroll
+    for (int j = 0; j < 2; ++j) cols_mma(d, q[0], q[1], 2 * j, kHighNibbles, x.hi, 4 * r + 2 * j);
+    x.load(r);
+    acc[0] = fmaf(static_cast<float>(d[0] + (d[1] >> 4)), dw[0] * dx, acc[0]);
+    acc[2] = fmaf(static_cast<float>(d[2] + (d[3] >> 4)), dw[1] * dx, acc[2]);
+  }
+}
+
+// q4_k, one row: lane c takes qs[32c..32c+31] of a super-block row, sub-block 2c in its low nibbles
+// (4 MMAs) and 2c + 1 in its high (4 MMAs); the 6-bit scales multiply the two integer dots once.
+__device__ __forceinline__ void q4_k_cols_stage(const unsigned char* buf, int sb, int g, int c, ColsX& x,
+                                                float (&acc)[4]) {
+  uint4 qv[2][2];
+  uint4 head[2];
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const uint8_t* row = buf + (g + 8 * h) * sb;
+    head[h] = lds16(row);
+    qv[h][0] = lds16(row + 16 + 32 * c);
+    qv[h][1] = lds16(row + 32 + 32 * c);
+  }
+  int d[4] = {0, 0, 0, 0};
+#pragma unroll
+  for (int j = 0; j < 4; ++j) cols_mma(d, qv[0], qv[1], 2 * j, kLowNibbles, x.lo, 2 * j);
+  x.load(0, true, false), x.load(1, true, false);
+#pragma unroll
+  for (int j = 0; j < 4; ++j) cols_mma(d, qv[0], qv[1], 2 * j, kHighNibbles, x.hi, 2 * j);
+  x.load(0, false, true), x.load(1, false, true);
+  const int4 m = x.m;
+  x.load_meta();
+  // Sub-blocks 2c and 2c + 1: bytes 2 (c & 1) and 2 (c & 1) + 1 of the lower (c < 2) or upper words.
+  const uint32_t sel = 0x4440u | static_cast<uint32_t>(2 * (c & 1));
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    uint32_t sc_lo, mn_lo, sc_up, mn_up;
+    uqr_q4_k_scale_min_words(head[h].y, head[h].z, head[h].w, false, sc_lo, mn_lo);
+    uqr_q4_k_scale_min_words(head[h].y, head[h].z, head[h].w, true, sc_up, mn_up);
+    const uint32_t sc = c < 2 ? sc_lo : sc_up, mn = c < 2 ? mn_lo : mn_up;
+    const int i1 = static_cast<int>(__byte_perm(sc, 0, sel)) * d[2 * h] +
+                   static_cast<int>(__byte_perm(sc, 0, sel + 1)) * (d[2 * h + 1] >> 4);
+    const int i2 = static_cast<int>(__byte_perm(mn, 0, sel)) * m.y + static_cast<int>(__byte_perm(mn, 0, sel + 1)) * m.w;
+    const float d_w = __half2float(__ushort_as_half(static_cast<unsigned short>(head[h].x & 0xFFFFu)));
+    const float dmin_w = __half2float(__ushort_as_half(static_cast<unsigned short>(head[h].x >> 16)));
+    acc[2 * h] = fmaf(__int_as_float(m.x), fmaf(d_w, static_cast<float>(i1), -dmin_w * static_cast<float>(i2)),
+                      acc[2 * h]);
+  }
+}
+
 // One activation row stages its x through the weight ring (codes and meta of the stage behind its
 // weights, 320 bytes): x operands are then shared-memory loads, which pays where few warps hide the
 // L2 latency of global loads (N = 4096: 256 CTAs). v36, same build (UQR_INT8_XRING), 1 row, staged
@@ -310,10 +452,11 @@ struct SlotLayout {
   static_assert(kCodes % 16 == 0 && kMeta % 16 == 0 && kBytes % 16 == 0 && kXPieces <= 32, "16-byte copies");
 };
 
-template <int FMT, typename T, int NT, bool kOneRow, bool kXRing, bool kXPipe = false>
+template <int FMT, typename T, int NT, bool kOneRow, bool kXRing, bool kXPipe = false, bool kCols = false>
 __device__ __forceinline__ void int8_gemm(const Int8Args& a) {
   static_assert(!kXRing || kOneRow, "only one activation row is staged");
   static_assert(!kXPipe || (kOneRow && NT == 1 && !kXRing), "one row's global x is pipelined");
+  static_assert(!kCols || (kOneRow && NT == 1 && !kXRing && !kXPipe), "block columns are a one-row kernel");
   using Ring = RowRing<Traits<FMT>>;
   static_assert(Ring::kStageElems == XPipe::kBlocks * kQBlock, "a stage is XPipe's 8 blocks");
   using L = SlotLayout<FMT, kXRing>;
@@ -386,9 +529,20 @@ __device__ __forceinline__ void int8_gemm(const Int8Args& a) {
   }
   XPipe xp;
   if constexpr (kXPipe) xp.start(x.frag[0], x.meta0[0], n_mine > 1);
+  ColsX xc;
+  if constexpr (kCols)  // q4_k: sub-block g of a stage (lanes 2c, 2c + 1); q4_0: block 2c + r's half g & 1
+    xc.start(a.xq + k0 + (FMT == UQR_Q4_K ? 32 * g : 64 * c + 16 * (g & 1)),
+             reinterpret_cast<const int4*>(a.xm + k0 / kQBlock + 2 * c), FMT == UQR_Q4_K ? 16 : 32, g, c,
+             n_mine > 1);
   auto stage = [&](const unsigned char* buf, auto& xs) {
-    if constexpr (FMT == UQR_Q4_0) q4_0_stage<NT, kOneRow>(buf, Ring::kStageBytes, g, c, xs, acc);
-    else q4_k_stage<NT, kOneRow>(buf, Ring::kStageBytes, g, c, xs, acc);
+    if constexpr (kCols) {
+      if constexpr (FMT == UQR_Q4_0) q4_0_cols_stage(buf, Ring::kStageBytes, g, c, xs, acc[0]);
+      else q4_k_cols_stage(buf, Ring::kStageBytes, g, c, xs, acc[0]);
+    } else if constexpr (FMT == UQR_Q4_0) {
+      q4_0_stage<NT, kOneRow>(buf, Ring::kStageBytes, g, c, xs, acc);
+    } else {
+      q4_k_stage<NT, kOneRow>(buf, Ring::kStageBytes, g, c, xs, acc);
+    }
   };
   int slot_out = 0;
   for (int i = 0; i < n_mine; ++i) {
@@ -401,7 +555,10 @@ __device__ __forceinline__ void int8_gemm(const Int8Args& a) {
       x.frag[0] = reinterpret_cast<const int8_t*>(buf + L::kCodes) + 8 * c;
       x.meta0[0] = reinterpret_cast<const int2*>(buf + L::kMeta);
     }
-    if constexpr (kXPipe) {
+    if constexpr (kCols) {
+      stage(buf, xc);
+      if (i + 2 < n_mine) xc.next();
+    } else if constexpr (kXPipe) {
       stage(buf, xp);
       if (i + 2 < n_mine) xp.next();
     } else {
@@ -412,6 +569,13 @@ __device__ __forceinline__ void int8_gemm(const Int8Args& a) {
   }
   float total[NT][4];
   if (!ksplit::drain_and_sum<NT>(acc, reinterpret_cast<float*>(smem), warp, warps_k, lane, total)) return;
+  if constexpr (kCols) {  // a row's blocks were spread over its lane quad; lane c = 0 stores
+#pragma unroll
+    for (int q = 0; q < 4; q += 2) {
+      total[0][q] += __shfl_xor_sync(0xFFFFFFFFu, total[0][q], 1);
+      total[0][q] += __shfl_xor_sync(0xFFFFFFFFu, total[0][q], 2);
+    }
+  }
 #pragma unroll
   for (int t = 0; t < NT; ++t)
 #pragma unroll
@@ -422,9 +586,9 @@ __device__ __forceinline__ void int8_gemm(const Int8Args& a) {
 // x read from global memory: registers as ptxas chooses (a cap makes it take the whole budget, and
 // fewer resident warps measured slower: v33's 72-80 against v34's 40-64, q4_k 18.1 vs 16.8 us at
 // one row on 14336 x 4096).
-template <int FMT, typename T, int NT, bool kOneRow, bool kXPipe>
+template <int FMT, typename T, int NT, bool kOneRow, bool kXPipe, bool kCols = false>
 __global__ void __launch_bounds__(ksplit::kMaxWarps * 32) qmma_int8_kernel(const Int8Args a) {
-  int8_gemm<FMT, T, NT, kOneRow, false, kXPipe>(a);
+  int8_gemm<FMT, T, NT, kOneRow, false, kXPipe, kCols>(a);
 }
 // One row with x staged: left to itself ptxas settled q4_k at 64 registers with a 4-byte spill
 // (sm_90a), and q4_0 spilled at a cap of 72; 80 is spill-free for both. (A function of FMT because
@@ -437,11 +601,11 @@ __global__ void __launch_bounds__(ksplit::kMaxWarps * 32) __maxnreg__((staged_ma
   int8_gemm<FMT, T, 1, true, true>(a);
 }
 
-template <int FMT, typename T, int NT, bool kOneRow, bool kXRing = false, bool kXPipe = false>
+template <int FMT, typename T, int NT, bool kOneRow, bool kXRing = false, bool kXPipe = false, bool kCols = false>
 cudaError_t launch_tiles(const Int8Args& a, cudaStream_t stream) {
   using Ring = RowRing<Traits<FMT>>;
   using L = SlotLayout<FMT, kXRing>;
-  const auto kernel = kXRing ? qmma_int8_kernel_staged<FMT, T> : qmma_int8_kernel<FMT, T, NT, kOneRow, kXPipe>;
+  const auto kernel = kXRing ? qmma_int8_kernel_staged<FMT, T> : qmma_int8_kernel<FMT, T, NT, kOneRow, kXPipe, kCols>;
   static const ksplit::Residency res =
       ksplit::residency_of(kernel, [](int w) { return static_cast<size_t>(w) * kStages * L::kBytes; });
   if (res.err != cudaSuccess) return res.err;
@@ -472,13 +636,26 @@ inline bool pipe_x() {
   return on;
 }
 
+// Whether one activation row runs the block-column kernel (ColsX); UQR_INT8_COLS=0 turns it off
+// (A/B runs).
+inline bool block_cols() {
+  static const bool on = [] {
+    const char* env = getenv("UQR_INT8_COLS");
+    return !(env && env[0] == '0');
+  }();
+  return on;
+}
+
 template <int FMT, typename T>
 cudaError_t run(const Int8Args& a, const T* x, int8_t* xq, int2* xm, cudaStream_t stream) {
   const int64_t threads = static_cast<int64_t>(a.rows) * (a.p.K / 8);
-  if (const cudaError_t e = launch_ex(quantize_x_kernel<T, FMT>, dim3(static_cast<unsigned>((threads + 255) / 256)),
-                                     dim3(256), 0, stream, a.p, x, a.rows, xq, xm);
+  const bool cols = a.rows == 1 && block_cols();
+  const auto quantize = cols ? quantize_x_kernel<T, FMT, true> : quantize_x_kernel<T, FMT, false>;
+  if (const cudaError_t e = launch_ex(quantize, dim3(static_cast<unsigned>((threads + 255) / 256)), dim3(256), 0,
+                                     stream, a.p, x, a.rows, xq, xm);
       e != cudaSuccess)
     return e;
+  if (cols) return launch_tiles<FMT, T, 1, true, false, false, true>(a, stream);
   if (a.rows == 1)
     return stage_x(a.p.N) ? launch_tiles<FMT, T, 1, true, true>(a, stream)
            : pipe_x()     ? launch_tiles<FMT, T, 1, true, false, true>(a, stream)

@@ -138,8 +138,13 @@ CUDA_DEQUANT_ENABLED = True
 # 132.1 / 133.6, mlx4 121.1 / 120.4 vs 129.3 / 128.6), lose at 384 (q4_0 107.8 vs 103.1) and tie at
 # 768; with N = 4096 (4096 x 14336) they lose at 384-768 rows (q4_0 at 512: 133.1 vs 119.2), as
 # every configuration did at 2048-4096 rows in v13a (cuBLAS's cooperative kernel leaves the side
-# stream no SMs, and narrow slices cost it efficiency).
-SCRATCH_PIPELINE: tuple[tuple[int, int, int, int], ...] = ((448, 8192, 2, 2), (768, 0, 1, 1))
+# stream no SMs, and narrow slices cost it efficiency). The fifth field is the first slice's share
+# of N (0: equal slices): only its decode is exposed. v43-v44 (results/h200_v4[34]_pipeline.json,
+# 512 rows on 14336 x 4096, us, equal halves vs a first slice of 35 %, each timed twice or more):
+# q4_0 123.7 / 123.8 / 123.1 / 123.9 vs 123.6 / 121.8 / 122.0, q4_k 127.3 / 127.1 / 126.9 / 126.1
+# vs 125.9 / 125.3 / 125.4, exl3 128.8 / 127.6 / 129.1 / 130.3 vs 127.3 / 128.2 / 127.8, mlx4
+# 122.5 / 121.7 vs 120.0 / 122.6; 25 % and 40 % were slower than halves, 45 % within noise of 35 %.
+SCRATCH_PIPELINE: tuple[tuple[int, int, int, int, float], ...] = ((448, 8192, 2, 2, 0.35), (768, 0, 1, 1, 0.0))
 # A split over K is worth it while the (n, m) tiles alone leave SMs idle; aim for this many programs
 # (small-M tiles are latency-bound: sweep v3 measured split 16 faster than split 4 at M = 16).
 TARGET_PROGRAMS_PER_SM = 8
@@ -176,11 +181,11 @@ def row_config(cfg: VecConfig, M: int, N: int, K: int, sms: int = DEFAULT_SMS) -
     return replace(cfg, SPLIT_K=split_for(tiles, -(-K // (32 * cfg.NS)), cfg.SPLIT_K, sms, ROW_PROGRAMS_PER_SM))
 
 
-def scratch_pipeline_for(rows: int, N: int) -> tuple[int, int] | None:
-    """(slices, ring buffers) of the pipelined scratch path for ``rows`` x rows and N weight rows,
-    or None for the plain path (configs.SCRATCH_PIPELINE)."""
+def scratch_pipeline_for(rows: int, N: int) -> tuple[int, int, float] | None:
+    """(slices, ring buffers, first slice's share of N) of the pipelined scratch path for ``rows`` x
+    rows and N weight rows, or None for the plain path (configs.SCRATCH_PIPELINE)."""
     pick = None
-    for min_rows, min_n, chunks, ring in SCRATCH_PIPELINE:
+    for min_rows, min_n, chunks, ring, first in SCRATCH_PIPELINE:
         if rows >= min_rows and N >= min_n:
-            pick = (chunks, ring) if chunks > 1 else None
+            pick = (chunks, ring, first) if chunks > 1 else None
     return pick

@@ -29,17 +29,33 @@ def chunk_rows(N: int, chunks: int, align: int = 128) -> int:
     return min(N, -(-per // align) * align)
 
 
+def slice_bounds(N: int, chunks: int, first: float = 0.0, align: int = 128) -> list[int]:
+    """Row boundaries [0, ..., N] of the slices: ``chunks`` equal ones (chunk_rows), or with ``first``
+    in (0, 1) a first slice of that fraction of N (rounded to ``align``) and the rest in chunks - 1."""
+    if first <= 0 or chunks < 2:
+        rows = chunk_rows(N, chunks, align)
+        return list(range(0, N, rows)) + [N]
+    head = min(N, max(align, round(N * first / align) * align))
+    rest = N - head
+    if rest <= 0:
+        return [0, N]
+    rows = chunk_rows(rest, chunks - 1, align)
+    return [0] + [head + r for r in range(0, rest, rows)] + [N]
+
+
 def scratch_pipelined(x2d: torch.Tensor, w: torch.Tensor, fmt: str, N: int, K: int, group_size: int,
-                      y2d: torch.Tensor, decode, chunks: int, ring: int = 2) -> torch.Tensor:
+                      y2d: torch.Tensor, decode, chunks: int, ring: int = 2, first: float = 0.0) -> torch.Tensor:
     """y2d[:, :] = x2d @ W^T with W decoded slice by slice by ``decode(w_rows, fmt, n, K, g, out=)``.
 
     ``x2d`` is [M, K] and ``y2d`` [M, N] with unit column stride (any row stride); ``w`` is the packed
-    [N, row_bytes] weight. ``chunks`` = 1 is the plain scratch path on the current stream.
+    [N, row_bytes] weight. ``chunks`` = 1 is the plain scratch path on the current stream; ``first``
+    (a fraction of N) makes the first slice, the only one whose decode nothing hides, smaller.
     """
     if x2d.dim() != 2 or y2d.dim() != 2 or y2d.stride(1) != 1:
         raise ValueError("scratch_pipelined: expected x [M, K] and y [M, N] with unit column stride")
-    rows = chunk_rows(N, chunks)
-    n_chunks = -(-N // rows)
+    bounds = slice_bounds(N, chunks, first)
+    n_chunks = len(bounds) - 1
+    rows = max(b - a for a, b in zip(bounds, bounds[1:]))
     main = torch.cuda.current_stream(x2d.device)
     if n_chunks == 1:
         wd = decode(w, fmt, N, K, group_size, out=torch.empty((N, K), dtype=x2d.dtype, device=x2d.device))
@@ -52,7 +68,7 @@ def scratch_pipelined(x2d: torch.Tensor, w: torch.Tensor, fmt: str, N: int, K: i
     consumed = [torch.cuda.Event() for _ in range(n_chunks)]
     side.wait_stream(main)  # w (and anything before this call) is ready
     for i in range(n_chunks):
-        n0, n1 = i * rows, min(N, (i + 1) * rows)
+        n0, n1 = bounds[i], bounds[i + 1]
         buf = bufs[i % ring][: n1 - n0]
         with torch.cuda.stream(side):
             if i >= ring:
