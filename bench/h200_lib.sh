@@ -72,11 +72,11 @@ h200_build_and_test_all() {
   echo "tests took $(( $(date +%s) - t0 )) s"
 }
 
-# ncu of the int8 kernel's main pass (qmma_int8_kernel), q4_0 and q4_k on 14336 x 4096 at one row:
-# speed of light, memory workload, scheduler, warp states and stall reasons, into $OUT/$1; the
-# summary lines to stdout.
+# ncu of the int8 kernel's main pass (qmma_int8_kernel; $2: another kernel-name regex, $3 launches),
+# q4_0 and q4_k on 14336 x 4096 at one row: speed of light, memory workload, scheduler, warp states
+# and stall reasons, into $OUT/$1; the summary lines to stdout.
 h200_ncu_int8() {
-  timeout 150 ncu --clock-control none --kernel-name regex:"qmma_int8_kernel" --launch-count 2 \
+  timeout 150 ncu --clock-control none --kernel-name regex:"${2:-qmma_int8_kernel}" --launch-count "${3:-2}" \
     --section SpeedOfLight --section MemoryWorkloadAnalysis --section SchedulerStats --section WarpStateStats \
     --section Occupancy --section LaunchStats \
     --metrics regex:smsp__average_warps_issue_stalled_.*_per_issue_active\\.ratio,dram__bytes_read.sum,smsp__inst_executed.sum \
@@ -88,6 +88,6 @@ for fmt in ("q4_0", "q4_k"):
     torch.ops.uqr._int8_cuda(torch.randn(1, 4096, device="cuda", dtype=torch.bfloat16), w, fmt, 14336, 4096, 0, 0, False)
 torch.cuda.synchronize()
 PY
-  grep -v "^==PROF==" "$OUT/$1" | grep -E "qmma_int8|Duration|Throughput|Issue|Eligible|Executed Ipc|Warp Cycles|stalled|dram__bytes|inst_executed|Achieved Occ|Registers|Waves" \
+  grep -v "^==PROF==" "$OUT/$1" | grep -E "qmma_int8|quantize_x|Duration|Throughput|Issue|Eligible|Executed Ipc|Warp Cycles|stalled|dram__bytes|inst_executed|Achieved Occ|Registers|Waves" \
     | awk '$NF+0 > 0.05 || !/stalled/' | head -90
 }

@@ -16,7 +16,7 @@ from torch_uqr.bench_cuda import _errors, _n_sets, _time_calls
 from torch_uqr.triton_kernels.formats_meta import block_geometry
 from torch_uqr.triton_kernels.testing import random_packed, reference_dequantize
 
-SPAN = {"q4_0": 32, "q4_k": 256}
+SPAN = {"q4_0": 32, "q4_k": 256, "mlx4": 64}  # mlx4 timed at g = 64, its x scale per group
 
 
 def int8_rounded(x: torch.Tensor, span: int) -> torch.Tensor:
@@ -32,7 +32,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--M", default="1,8,16")
     ap.add_argument("--shapes", default="14336x4096,4096x14336,4096x4096")
-    ap.add_argument("--formats", default="q4_0,q4_k")
+    ap.add_argument("--formats", default="q4_0,q4_k,mlx4")
     ap.add_argument("--reps", type=int, default=20)
     ap.add_argument("--json")
     args = ap.parse_args()
@@ -43,15 +43,16 @@ def main() -> None:
         N, K = (int(v) for v in shape.split("x"))
         X = [torch.randn(max(Ms), K, device="cuda", dtype=torch.bfloat16) for _ in range(8)]
         for fmt in args.formats.split(","):
-            elems, nbytes = block_geometry(fmt, 0)
+            g = 64 if fmt == "mlx4" else 0
+            elems, nbytes = block_geometry(fmt, g)
             n_sets = _n_sets(N * (K // elems) * nbytes, l2)
-            W = [random_packed(fmt, N, K, 0, seed=s, device="cuda") for s in range(n_sets)]
-            w_ref = reference_dequantize(W[0], fmt, N, K, 0)
+            W = [random_packed(fmt, N, K, g, seed=s, device="cuda") for s in range(n_sets)]
+            w_ref = reference_dequantize(W[0], fmt, N, K, g)
             for M in Ms:
                 ops = {"exact": torch.ops.uqr._qmma_cuda, "int8": torch.ops.uqr._int8_cuda}
                 for name, op in ops.items():
                     def call(j, M=M, op=op):
-                        return op(X[j % 8][:M], W[j], fmt, N, K, 0, 0, False)
+                        return op(X[j % 8][:M], W[j], fmt, N, K, g, 0, False)
                     xr = X[0][:M].double() if name == "exact" else int8_rounded(X[0][:M], SPAN[fmt])
                     err = _errors(call(0), xr @ w_ref.t())
                     err_exact = _errors(call(0), X[0][:M].double() @ w_ref.t())

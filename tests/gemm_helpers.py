@@ -70,7 +70,9 @@ def assert_close(y: torch.Tensor, ref: torch.Tensor, dtype: torch.dtype, what: s
 
 # Path "int8": elements per x scale, q4_0 one per 32-element block, q4_k one per 256-element
 # super-block (its eight sub-block dots are scaled in integers, as llama.cpp's q8_K).
-INT8_X_SPAN = {"q4_0": 32, "q4_k": 256}
+def int8_x_span(fmt: str, group_size: int | None = None) -> int:
+    """Elements per x scale of path "int8": 32 for q4_0, a super-block for q4_k, a group for mlx4."""
+    return {"q4_0": 32, "q4_k": 256}.get(fmt) or int(group_size or 64)
 
 
 def rows_of(x: torch.Tensor, in_heads: bool) -> torch.Tensor:
@@ -94,7 +96,7 @@ def int8_round(rows: torch.Tensor, span: int = 32) -> torch.Tensor:
 
 
 def int8_reference(x: torch.Tensor, W: torch.Tensor, fmt: str, out_heads: int = 0,
-                   in_heads: bool = False) -> torch.Tensor:
+                   in_heads: bool = False, group_size: int | None = None) -> torch.Tensor:
     """The float64 y that path "int8" approximates to fp32 accumulation: x rounded to int8 as the
     kernels round it, times the float64 W, in the operator's layout."""
-    return reference(int8_round(rows_of(x, in_heads), INT8_X_SPAN[fmt]), W, out_heads)
+    return reference(int8_round(rows_of(x, in_heads), int8_x_span(fmt, group_size)), W, out_heads)

@@ -1,5 +1,5 @@
 """Path "int8" on CPU: x rounded to int8 (one fp32 scale per 32 elements for q4_0, per 256 for
-q4_k), integer dot products.
+q4_k, per group for mlx4), integer dot products.
 
 Two references: the float64 product of the SAME int8-rounded x (done here in torch, the rule of
 docs/operator.md: scale = amax / 127, codes = round-half-even(x / scale), all-zero span -> 0),
@@ -13,11 +13,12 @@ import pytest
 import torch
 
 import torch_uqr as uqr
-from gemm_helpers import INT8_X_SPAN, SEED, assert_close, int8_reference, randn, reference, rows_of, weights
+from gemm_helpers import SEED, assert_close, int8_reference, int8_x_span, randn, reference, rows_of, weights
 
 N_ODD = 70  # crosses the 4-row tiles and the 64-row work units
 K = 512     # two q4_k super-blocks, sixteen q4_0 blocks
-FORMATS = ["q4_0", "q4_k"]
+FORMATS = [("q4_0", None), ("q4_k", None), ("mlx4", 32), ("mlx4", 64), ("mlx4", 128)]
+FMT_IDS = [f if g is None else f"{f}-g{g}" for f, g in FORMATS]
 DTYPES = [torch.float32, torch.float16, torch.bfloat16]
 # Against the same-rounded x: fp32 accumulation only, or the rounding of y to fp16/bf16.
 SAME_X_TOL = {torch.float32: 1e-5, torch.float16: 2.0 ** -10, torch.bfloat16: 2.0 ** -8}
@@ -39,9 +40,9 @@ def int8_rounding_bound(rows: torch.Tensor, W: torch.Tensor, out_heads: int, spa
 
 
 def check(y: torch.Tensor, x: torch.Tensor, W: torch.Tensor, dtype, what: str, out_heads: int = 0,
-          in_heads: bool = False, fmt: str = "q4_0") -> None:
+          in_heads: bool = False, fmt: str = "q4_0", g: int | None = None) -> None:
     rows = rows_of(x, in_heads)
-    ref_same = int8_reference(x, W, fmt, out_heads, in_heads)
+    ref_same = int8_reference(x, W, fmt, out_heads, in_heads, g)
     ref_exact = reference(rows, W, out_heads)
     assert y.shape == ref_exact.shape and y.dtype == dtype, f"{what}: {y.shape} {y.dtype}"
     assert bool(torch.isfinite(y).all()), f"{what}: non-finite output (unwritten element?) seed={SEED}"
@@ -49,7 +50,7 @@ def check(y: torch.Tensor, x: torch.Tensor, W: torch.Tensor, dtype, what: str, o
     err_same = (y.double() - ref_same).abs().max().item() / scale
     assert err_same < SAME_X_TOL[dtype], f"{what}: vs same-rounded x {err_same:.3g} (seed={SEED})"
     # Against the exact x: the rounding's bound plus what the same-x check already allows.
-    excess = (y.double() - ref_exact).abs() - int8_rounding_bound(rows, W, out_heads, INT8_X_SPAN[fmt])
+    excess = (y.double() - ref_exact).abs() - int8_rounding_bound(rows, W, out_heads, int8_x_span(fmt, g))
     worst = excess.max().item() / scale
     assert worst < SAME_X_TOL[dtype], f"{what}: vs exact x, {worst:.3g} beyond the int8 rounding bound (seed={SEED})"
     if dtype == torch.float32:
@@ -58,38 +59,38 @@ def check(y: torch.Tensor, x: torch.Tensor, W: torch.Tensor, dtype, what: str, o
         assert gap > 10 * SAME_X_TOL[dtype], f"{what}: references too close to discriminate ({gap:.3g})"
 
 
-@pytest.mark.parametrize("fmt", FORMATS)
+@pytest.mark.parametrize("fmt,g", FORMATS, ids=FMT_IDS)
 @pytest.mark.parametrize("M", [1, 3, 8, 9])
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
-def test_int8_matches_same_rounding(fmt, M, dtype):
-    qt, W = weights(fmt, None, N_ODD, K)
+def test_int8_matches_same_rounding(fmt, g, M, dtype):
+    qt, W = weights(fmt, g, N_ODD, K)
     x = randn(2, M, K, dtype=dtype)  # a batch dim too
-    check(uqr.gemm(x, qt, path="int8"), x, W, dtype, f"{fmt} M={M} {dtype}", fmt=fmt)
+    check(uqr.gemm(x, qt, path="int8"), x, W, dtype, f"{fmt} g={g} M={M} {dtype}", fmt=fmt, g=g)
 
 
-@pytest.mark.parametrize("fmt", FORMATS)
-def test_int8_zero_blocks_and_rows(fmt):
-    qt, W = weights(fmt, None, N_ODD, K)
+@pytest.mark.parametrize("fmt,g", FORMATS, ids=FMT_IDS)
+def test_int8_zero_blocks_and_rows(fmt, g):
+    qt, W = weights(fmt, g, N_ODD, K)
     x = randn(3, K) * 4.0
     x[0, 32:64] = 0.0   # one all-zero block: scale 0 for q4_0, no division by zero
     x[0, 256:] = 0.0    # an all-zero span of q4_k's one scale per 256
     x[1] = 0.0          # a whole zero row: y exactly 0
     x[2, :32] = 1e-3    # a tiny block next to large ones: its own scale (q4_0), the span's (q4_k)
     y = uqr.gemm(x, qt, path="int8")
-    check(y, x, W, torch.float32, f"{fmt} zero blocks", fmt=fmt)
+    check(y, x, W, torch.float32, f"{fmt} zero blocks", fmt=fmt, g=g)
     assert bool((y[1] == 0).all())
 
 
-@pytest.mark.parametrize("fmt", FORMATS)
+@pytest.mark.parametrize("fmt,g", FORMATS, ids=FMT_IDS)
 @pytest.mark.parametrize("M", [1, 9])
-def test_int8_head_layouts(fmt, M):
-    qt, W = weights(fmt, None, N_ODD, K)
+def test_int8_head_layouts(fmt, g, M):
+    qt, W = weights(fmt, g, N_ODD, K)
     x = randn(2, 4, M, K // 4)  # [B, H, M, D], read head-strided
     check(uqr.gemm(x, qt, in_heads=True, path="int8"), x, W, torch.float32, f"{fmt} in_heads", in_heads=True,
-          fmt=fmt)
+          fmt=fmt, g=g)
     x2 = randn(2, M, K, dtype=torch.bfloat16)
     check(uqr.gemm(x2, qt, out_heads=7, path="int8"), x2, W, torch.bfloat16, f"{fmt} out_heads", out_heads=7,
-          fmt=fmt)
+          fmt=fmt, g=g)
 
 
 def test_int8_auto_is_unchanged():
@@ -100,9 +101,9 @@ def test_int8_auto_is_unchanged():
 
 def test_int8_errors():
     qt8, _ = weights("q8_0", None, 48, 256)
-    with pytest.raises(ValueError, match="path='int8' .*supports fmt 'q4_0' and 'q4_k', not 'q8_0'"):
+    with pytest.raises(ValueError, match="path='int8' .*supports fmt 'q4_0', 'q4_k', 'mlx4', not 'q8_0'"):
         uqr.gemm(randn(2, 256), qt8, path="int8")
-    with pytest.raises(RuntimeError, match="path='int8' .*supports fmt 'q4_0' and 'q4_k', not 'q8_0'"):
+    with pytest.raises(RuntimeError, match="path='int8' .*supports fmt 'q4_0', 'q4_k' and 'mlx4', not 'q8_0'"):
         torch.ops.uqr.gemm(randn(2, 256), qt8.data, "q8_0", 48, 256, 0, 0, False, "int8")
     q4, _ = weights("q4_0", None, 48, 256)
     with pytest.raises(ValueError, match="path='int8' exists only for CPU and CUDA tensors.*metal-emu"):

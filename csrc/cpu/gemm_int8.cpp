@@ -1,6 +1,6 @@
 // Path "int8": activations quantized to int8 (one fp32 scale per 32 elements for q4_0, per 256 for
-// q4_k), weights' 4-bit codes multiplied in with integer dot products (u8 x s8 -> int32, AVX-512
-// VNNI's vpdpbusd).
+// q4_k, per group for mlx4), weights' 4-bit codes multiplied in with integer dot products (u8 x s8 ->
+// int32, AVX-512 VNNI's vpdpbusd for q4_0 / q4_k; mlx4 takes a portable loop).
 //
 // Why: the fp32 fused kernel widens every nibble to a float lane (permutes and broadcasts on
 // port 5, ~9-12 cycles per 32-weight block measured); one vpdpbusd consumes 32 nibbles against
@@ -11,6 +11,7 @@
 //   q4_0: sum_j d (q_j - 8) x_j  ~  d dx (dot(q, x_s8) - 8 sx)
 //   q4_k: per super-block (one dx): d dx sum_j sc_j dot_j(q, x_s8) - dmin dx sum_j m_j sx_j, both
 //         sums over the 8 sub-blocks in integers
+//   mlx4: per group (one dx): dx (scale dot(q, x_s8) + bias sx)
 #include <ATen/Parallel.h>
 
 #include <algorithm>
@@ -409,6 +410,30 @@ void q4_k_tile(const uint8_t* w, int64_t row_bytes, int64_t nblocks, const QView
 #endif
 }
 
+// ---- mlx4 ----------------------------------------------------------------------------------
+// Groups of g (32, 64, 128) with one x scale each (quantize_rows' span = g). A portable loop that the
+// compiler vectorizes as it can: path "int8" exists for mlx4 for the GPU's one-row kernel, and on the
+// CPU it gives the same numbers, not a tuned speed.
+template <int MR, int NR>
+void mlx4_tile(const uint8_t* w, int64_t row_bytes, int64_t nblocks, int g, const QView& x, float* res, int64_t ld,
+               bool acc0) {
+  const int64_t bytes = 4 + g / 2, per = g / kQBlock;
+  for (int r = 0; r < NR; ++r)
+    for (int m = 0; m < MR; ++m) {
+      float acc = 0.f;
+      for (int64_t b = 0; b < nblocks; ++b) {
+        const uint8_t* blk = w + r * row_bytes + b * bytes;
+        const int8_t* xb = x.q + m * x.ldq + b * g;
+        int32_t dot = 0, sx = 0;
+        for (int i = 0; i < g / 2; ++i) dot += (blk[4 + i] & 15) * xb[2 * i] + (blk[4 + i] >> 4) * xb[2 * i + 1];
+        for (int64_t j = 0; j < per; ++j) sx += x.s[m * x.ldb + b * per + j];
+        acc += x.d[m * x.ldb + b * per] *
+               (load_half(blk) * static_cast<float>(dot) + load_half(blk + 2) * static_cast<float>(sx));
+      }
+      res[m * ld + r] = (acc0 ? res[m * ld + r] : 0.f) + acc;
+    }
+}
+
 // ---- driver ------------------------------------------------------------------------------
 template <int MR>
 constexpr int weight_rows_per_tile() {
@@ -424,12 +449,12 @@ int64_t int8_k_chunk(int64_t K) {
   return std::min<int64_t>(K, std::max<int64_t>(256, fit));
 }
 
-template <int MR, bool KQuant>
+template <int MR, int FMT>
 void int8_rows(const uint8_t* w, const uqr_gemm_params& p, const QView& x, int64_t n0, int64_t n1, float* res,
                int64_t ld) {
+  constexpr bool KQuant = FMT == UQR_Q4_K;
   constexpr int NR = weight_rows_per_tile<MR>();
-  constexpr int64_t kElems = KQuant ? UQR_Q4_K_BLOCK : UQR_Q4_0_BLOCK;
-  constexpr int64_t kBytes = KQuant ? UQR_Q4_K_BYTES : UQR_Q4_0_BYTES;
+  const int64_t kElems = p.group_size, kBytes = p.block_bytes;
   const int64_t chunk = int8_k_chunk<MR>(p.K);
   for (int64_t k0 = 0; k0 < p.K; k0 += chunk) {
     const int64_t nblocks = std::min(chunk, p.K - k0) / kElems;
@@ -442,6 +467,8 @@ void int8_rows(const uint8_t* w, const uqr_gemm_params& p, const QView& x, int64
       constexpr int R = decltype(nr)::value;
       float* out = res + (n - n0);
       if constexpr (KQuant) q4_k_tile<MR, R>(wk + n * p.row_bytes, p.row_bytes, nblocks, xc, out, ld, k0 > 0);
+      else if constexpr (FMT == UQR_MLX4)
+        mlx4_tile<MR, R>(wk + n * p.row_bytes, p.row_bytes, nblocks, p.group_size, xc, out, ld, k0 > 0);
       else q4_0_tile<MR, R>(wk + n * p.row_bytes, p.row_bytes, nblocks, xc, out, ld, k0 > 0);
     };
     int64_t n = n0;
@@ -453,19 +480,21 @@ void int8_rows(const uint8_t* w, const uqr_gemm_params& p, const QView& x, int64
 }  // namespace
 
 void gemm_int8(const uint8_t* w, const uqr_gemm_params& p, const float* X, int64_t R, const OutputWriter& out) {
-  const bool kquant = p.fmt == UQR_Q4_K;
-  QRows xq = quantize_rows(X, R, p.K, kquant ? UQR_Q4_K_BLOCK : kQBlock);
+  const bool kquant = p.fmt == UQR_Q4_K, mlx4 = p.fmt == UQR_MLX4;
+  QRows xq = quantize_rows(X, R, p.K, kquant ? UQR_Q4_K_BLOCK : mlx4 ? p.group_size : kQBlock);
 #if UQR_CPU_VNNI
   if (kquant) interleave_q4_k(xq, R);
-  else quad_up_q4_0(xq, R);
+  else if (!mlx4) quad_up_q4_0(xq, R);
 #endif
   fused_driver(p, R, out, [&](int rows, int64_t r0, int64_t n0, int64_t n1, float* res, int64_t ld) {
     const QView x{xq.q.data() + r0 * xq.K, xq.d.data() + r0 * xq.nb, xq.s.data() + r0 * xq.nb,
                   xq.ds.data() + r0 * xq.nb, xq.qinit.data() + r0 * xq.nq * 16, xq.qdx.data() + r0 * xq.nq * 16,
                   xq.K, xq.nb, xq.nq};
     with_rows(rows, [&](auto mr) {
-      if (kquant) int8_rows<decltype(mr)::value, true>(w, p, x, n0, n1, res, ld);
-      else int8_rows<decltype(mr)::value, false>(w, p, x, n0, n1, res, ld);
+      constexpr int MR = decltype(mr)::value;
+      if (kquant) int8_rows<MR, UQR_Q4_K>(w, p, x, n0, n1, res, ld);
+      else if (mlx4) int8_rows<MR, UQR_MLX4>(w, p, x, n0, n1, res, ld);
+      else int8_rows<MR, UQR_Q4_0>(w, p, x, n0, n1, res, ld);
     });
   });
 }

@@ -27,6 +27,7 @@
 // only where it measured faster than the exact one (configs.INT8_AUTO_MAX_ROWS; bench/NOTES.md
 // v31-v44).
 #include <cstdlib>
+#include <type_traits>
 
 #include "qmma_int8.h"
 #include "cuda_common.cuh"
@@ -42,24 +43,43 @@ using namespace qmma;
 constexpr int kStages = 3;  // as the exact small-M kernel: the whole grid resident at 14336 rows
 constexpr int kQBlock = 32;  // elements per x meta entry and per MMA k-step
 
+// Format keys of this file's templates: q4_0 and q4_k by their uqr_format ids, mlx4 with its group
+// size folded in (mlx4_key<G>; only the one-row block-column kernel takes mlx4).
+constexpr int kMlx4Key = 0x100;
+template <int G>
+__host__ __device__ constexpr int mlx4_key() { return kMlx4Key | G; }
+__host__ __device__ constexpr bool is_mlx4(int F) { return (F & kMlx4Key) != 0; }
+__host__ __device__ constexpr int mlx4_group(int F) { return F & 0xFF; }
+template <int F, bool = is_mlx4(F)>
+struct KeyTraitsOf { using type = Traits<F>; };
+template <int F>
+struct KeyTraitsOf<F, true> { using type = Mlx4<mlx4_group(F)>; };
+template <int F>
+using KeyTraits = typename KeyTraitsOf<F>::type;
+
 struct Int8Args {
   uqr_gemm_params p;
-  const int8_t* xq;  // [rows][K] x codes, lane-ordered per 32-element block
-  const int2* xm;    // [rows][K / 32] {bits of d, q4_0: -8 * sum of codes / q4_k: sum}
+  const int8_t* xq;  // [rows][K] x codes: lane-ordered per 32-element block, or block-column order
+  const int2* xm;    // [rows][K / 32] {bits of d, q4_0: -8 * sum of codes / q4_k: sum / mlx4: group sum}
   void* y;
   const uint8_t* w;
   int64_t w_row_stride;
   int rows;
 };
 
-// x scale span per format: 32 for q4_0, a super-block for q4_k.
+// x scale span per format: 32 for q4_0, a super-block for q4_k, a group for mlx4 (so that a group's
+// integer dot and code sum take its scale and bias once).
 template <int FMT>
-__host__ __device__ constexpr int x_span() { return FMT == UQR_Q4_K ? 256 : 32; }
+__host__ __device__ constexpr int x_span() { return FMT == UQR_Q4_K ? 256 : is_mlx4(FMT) ? mlx4_group(FMT) : 32; }
+// Lanes (of 8 elements) a meta entry's code sum covers: a 32-element block, an mlx4 group.
+template <int FMT>
+__host__ __device__ constexpr int sum_lanes() { return is_mlx4(FMT) ? mlx4_group(FMT) / 8 : 4; }
 
 // One thread = 8 consecutive x elements; a span's threads are consecutive lanes of one warp
 // (K / 8 per row is a multiple of 32), so the span max and the block sum are shuffles.
-// kNatural: codes in element order (the one-row block-column kernel), else in lane order.
-template <typename T, int FMT, bool kNatural>
+// kCols: codes in the one-row block-column kernel's order - element order, and for mlx4 each group's
+// even elements (low nibbles) before its odd ones - else in lane order.
+template <typename T, int FMT, bool kCols>
 __global__ void __launch_bounds__(256) quantize_x_kernel(const uqr_gemm_params p, const T* __restrict__ x, int rows,
                                                          int8_t* __restrict__ xq, int2* __restrict__ xm) {
   // x may come from the previous kernel. The main kernel may start once this one has waited: it
@@ -96,12 +116,21 @@ __global__ void __launch_bounds__(256) quantize_x_kernel(const uqr_gemm_params p
     sum += q;
     packed[i / 4] |= (static_cast<uint32_t>(q) & 0xFFu) << (8 * (i & 3));
   }
-  sum += __shfl_xor_sync(0xFFFFFFFFu, sum, 1);
-  sum += __shfl_xor_sync(0xFFFFFFFFu, sum, 2);
+#pragma unroll
+  for (int o = 1; o < sum_lanes<FMT>(); o <<= 1) sum += __shfl_xor_sync(0xFFFFFFFFu, sum, o);
   int2* meta = xm + static_cast<int64_t>(r) * (p.K / kQBlock) + e / 4;
   const int2 mv = make_int2(__float_as_int(d), FMT == UQR_Q4_0 ? -8 * sum : sum);
-  if constexpr (kNatural) {
-    *reinterpret_cast<uint2*>(xq + static_cast<int64_t>(r) * p.K + 8 * e) = make_uint2(packed[0], packed[1]);
+  int8_t* row_q = xq + static_cast<int64_t>(r) * p.K;
+  if constexpr (kCols && is_mlx4(FMT)) {
+    constexpr int G = mlx4_group(FMT);
+    const int in_g = e % (G / 8);  // this thread's 8 elements within its group
+    int8_t* grp = row_q + 8 * (e - in_g);
+    *reinterpret_cast<uint32_t*>(grp + 4 * in_g) = __byte_perm(packed[0], packed[1], 0x6420);
+    *reinterpret_cast<uint32_t*>(grp + G / 2 + 4 * in_g) = __byte_perm(packed[0], packed[1], 0x7531);
+    if ((e & 3) == 0) *meta = mv;
+    return;
+  } else if constexpr (kCols) {
+    *reinterpret_cast<uint2*>(row_q + 8 * e) = make_uint2(packed[0], packed[1]);
     if ((e & 3) == 0) *meta = mv;
     return;
   }
@@ -112,8 +141,7 @@ __global__ void __launch_bounds__(256) quantize_x_kernel(const uqr_gemm_params p
   const uint32_t hi_a = __shfl_sync(0xFFFFFFFFu, packed[1], quad + (c >> 1));
   const uint32_t lo_b = __shfl_sync(0xFFFFFFFFu, packed[0], quad + 2 + (c >> 1));
   const uint32_t hi_b = __shfl_sync(0xFFFFFFFFu, packed[1], quad + 2 + (c >> 1));
-  *reinterpret_cast<uint2*>(xq + static_cast<int64_t>(r) * p.K + 8 * e) =
-      make_uint2((c & 1) ? hi_a : lo_a, (c & 1) ? hi_b : lo_b);
+  *reinterpret_cast<uint2*>(row_q + 8 * e) = make_uint2((c & 1) ? hi_a : lo_a, (c & 1) ? hi_b : lo_b);
   if (c == 0) *meta = mv;
 }
 
@@ -435,6 +463,51 @@ __device__ __forceinline__ void q4_k_cols_stage(const unsigned char* buf, int sb
   }
 }
 
+// mlx4, one row. A code byte holds element 2i (low nibble) and 2i + 1 (high), so the low-nibble
+// column is the group's even elements and the high one its odd elements (x in that order, the
+// pre-pass's kCols), and a group's dot takes scale and bias once: y += d_x (scale dot + bias sum).
+// g = 64: lane c takes group c of a stage (32 code bytes, as q4_k's sub-block pair); g = 32: block
+// 2c + r in round r (16 code bytes, as q4_0).
+template <int G>
+__device__ __forceinline__ void mlx4_cols_stage(const unsigned char* buf, int sb, int g, int c, ColsX& x,
+                                                float (&acc)[4]) {
+  static_assert(G == 32 || G == 64, "the block-column kernel's stage is 256 elements");
+  constexpr int kBytes = 4 + G / 2, kRounds = G == 32 ? 2 : 1, kWords = G / 8;
+  const int4 m = x.m;
+  x.load_meta();
+#pragma unroll
+  for (int r = 0; r < kRounds; ++r) {
+    uint4 q[2][kWords / 4];
+    uint32_t head[2];  // scale (low half), bias (high half)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const uint8_t* blk = buf + (g + 8 * h) * sb + (kRounds * c + r) * kBytes;
+      head[h] = u32_at4(blk);
+#pragma unroll
+      for (int i = 0; i < kWords / 4; ++i)
+        q[h][i] = make_uint4(u32_at4(blk + 4 + 16 * i), u32_at4(blk + 8 + 16 * i), u32_at4(blk + 12 + 16 * i),
+                             u32_at4(blk + 16 + 16 * i));
+    }
+    int d[4] = {0, 0, 0, 0};
+    // x words of this round: piece r at g = 32 (as q4_0), pieces 0 and 1 at 64 (as q4_k).
+#pragma unroll
+    for (int j = 0; j < kWords / 2; ++j) cols_mma(d, q[0], q[1], 2 * j, kLowNibbles, x.lo, 4 * r + 2 * j);
+    if (G == 64) x.load(0, true, false), x.load(1, true, false);
+#pragma unroll
+    for (int j = 0; j < kWords / 2; ++j) cols_mma(d, q[0], q[1], 2 * j, kHighNibbles, x.hi, 4 * r + 2 * j);
+    if (G == 64) x.load(0, false, true), x.load(1, false, true);
+    else x.load(r);
+    const float dx = __int_as_float(r ? m.z : m.x);
+    const float sx = static_cast<float>(r ? m.w : m.y);
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const float scale = __half2float(__ushort_as_half(static_cast<unsigned short>(head[h] & 0xFFFFu)));
+      const float bias = __half2float(__ushort_as_half(static_cast<unsigned short>(head[h] >> 16)));
+      acc[2 * h] = fmaf(dx, fmaf(scale, static_cast<float>(d[2 * h] + (d[2 * h + 1] >> 4)), bias * sx), acc[2 * h]);
+    }
+  }
+}
+
 // One activation row stages its x through the weight ring (codes and meta of the stage behind its
 // weights, 320 bytes): x operands are then shared-memory loads, which pays where few warps hide the
 // L2 latency of global loads (N = 4096: 256 CTAs). v36, same build (UQR_INT8_XRING), 1 row, staged
@@ -443,7 +516,7 @@ __device__ __forceinline__ void q4_k_cols_stage(const unsigned char* buf, int sb
 // 4096: q4_0 56.5 vs v31's 40.2 global), so they read global memory.
 template <int FMT, bool kXRing>
 struct SlotLayout {
-  using Ring = RowRing<Traits<FMT>>;
+  using Ring = RowRing<KeyTraits<FMT>>;
   static constexpr int kCodes = Ring::kSlotBytes;
   static constexpr int kMeta = kCodes + Ring::kStageElems;
   static constexpr int kBytes = kXRing ? kMeta + Ring::kStageElems / kQBlock * static_cast<int>(sizeof(int2))
@@ -457,7 +530,7 @@ __device__ __forceinline__ void int8_gemm(const Int8Args& a) {
   static_assert(!kXRing || kOneRow, "only one activation row is staged");
   static_assert(!kXPipe || (kOneRow && NT == 1 && !kXRing), "one row's global x is pipelined");
   static_assert(!kCols || (kOneRow && NT == 1 && !kXRing && !kXPipe), "block columns are a one-row kernel");
-  using Ring = RowRing<Traits<FMT>>;
+  using Ring = RowRing<KeyTraits<FMT>>;
   static_assert(Ring::kStageElems == XPipe::kBlocks * kQBlock, "a stage is XPipe's 8 blocks");
   using L = SlotLayout<FMT, kXRing>;
   extern __shared__ __align__(16) unsigned char smem[];
@@ -530,14 +603,18 @@ __device__ __forceinline__ void int8_gemm(const Int8Args& a) {
   XPipe xp;
   if constexpr (kXPipe) xp.start(x.frag[0], x.meta0[0], n_mine > 1);
   ColsX xc;
-  if constexpr (kCols)  // q4_k: sub-block g of a stage (lanes 2c, 2c + 1); q4_0: block 2c + r's half g & 1
-    xc.start(a.xq + k0 + (FMT == UQR_Q4_K ? 32 * g : 64 * c + 16 * (g & 1)),
-             reinterpret_cast<const int4*>(a.xm + k0 / kQBlock + 2 * c), FMT == UQR_Q4_K ? 16 : 32, g, c,
-             n_mine > 1);
+  // x pieces: q4_k / mlx4 g = 64, lane c's 64 elements of a stage, lanes 2c and 2c + 1 a half each
+  // (sub-block 2c / 2c + 1; even / odd elements), in 16-byte steps; q4_0 / mlx4 g = 32, half g & 1 of
+  // block 2c + r, a block (32 bytes) apart.
+  constexpr bool kQuadOfBlocks = FMT == UQR_Q4_K || FMT == mlx4_key<64>();
+  if constexpr (kCols)
+    xc.start(a.xq + k0 + (kQuadOfBlocks ? 32 * g : 64 * c + 16 * (g & 1)),
+             reinterpret_cast<const int4*>(a.xm + k0 / kQBlock + 2 * c), kQuadOfBlocks ? 16 : 32, g, c, n_mine > 1);
   auto stage = [&](const unsigned char* buf, auto& xs) {
     if constexpr (kCols) {
       if constexpr (FMT == UQR_Q4_0) q4_0_cols_stage(buf, Ring::kStageBytes, g, c, xs, acc[0]);
-      else q4_k_cols_stage(buf, Ring::kStageBytes, g, c, xs, acc[0]);
+      else if constexpr (FMT == UQR_Q4_K) q4_k_cols_stage(buf, Ring::kStageBytes, g, c, xs, acc[0]);
+      else mlx4_cols_stage<mlx4_group(FMT)>(buf, Ring::kStageBytes, g, c, xs, acc[0]);
     } else if constexpr (FMT == UQR_Q4_0) {
       q4_0_stage<NT, kOneRow>(buf, Ring::kStageBytes, g, c, xs, acc);
     } else {
@@ -603,9 +680,12 @@ __global__ void __launch_bounds__(ksplit::kMaxWarps * 32) __maxnreg__((staged_ma
 
 template <int FMT, typename T, int NT, bool kOneRow, bool kXRing = false, bool kXPipe = false, bool kCols = false>
 cudaError_t launch_tiles(const Int8Args& a, cudaStream_t stream) {
-  using Ring = RowRing<Traits<FMT>>;
+  using Ring = RowRing<KeyTraits<FMT>>;
   using L = SlotLayout<FMT, kXRing>;
-  const auto kernel = kXRing ? qmma_int8_kernel_staged<FMT, T> : qmma_int8_kernel<FMT, T, NT, kOneRow, kXPipe, kCols>;
+  const auto kernel = [] {  // only the variant asked for is instantiated (mlx4 has no staged form)
+    if constexpr (kXRing) return qmma_int8_kernel_staged<FMT, T>;
+    else return qmma_int8_kernel<FMT, T, NT, kOneRow, kXPipe, kCols>;
+  }();
   static const ksplit::Residency res =
       ksplit::residency_of(kernel, [](int w) { return static_cast<size_t>(w) * kStages * L::kBytes; });
   if (res.err != cudaSuccess) return res.err;
@@ -649,26 +729,33 @@ inline bool block_cols() {
 template <int FMT, typename T>
 cudaError_t run(const Int8Args& a, const T* x, int8_t* xq, int2* xm, cudaStream_t stream) {
   const int64_t threads = static_cast<int64_t>(a.rows) * (a.p.K / 8);
-  const bool cols = a.rows == 1 && block_cols();
+  const bool cols = a.rows == 1 && (is_mlx4(FMT) || block_cols());
   const auto quantize = cols ? quantize_x_kernel<T, FMT, true> : quantize_x_kernel<T, FMT, false>;
   if (const cudaError_t e = launch_ex(quantize, dim3(static_cast<unsigned>((threads + 255) / 256)), dim3(256), 0,
                                      stream, a.p, x, a.rows, xq, xm);
       e != cudaSuccess)
     return e;
   if (cols) return launch_tiles<FMT, T, 1, true, false, false, true>(a, stream);
-  if (a.rows == 1)
-    return stage_x(a.p.N) ? launch_tiles<FMT, T, 1, true, true>(a, stream)
-           : pipe_x()     ? launch_tiles<FMT, T, 1, true, false, true>(a, stream)
-                          : launch_tiles<FMT, T, 1, true, false>(a, stream);
-  return a.rows <= 8 ? launch_tiles<FMT, T, 1, false>(a, stream) : launch_tiles<FMT, T, 2, false>(a, stream);
+  if constexpr (is_mlx4(FMT)) {
+    return cudaErrorInvalidValue;  // int8_unsupported: mlx4 runs one row, in block columns
+  } else {
+    if (a.rows == 1)
+      return stage_x(a.p.N) ? launch_tiles<FMT, T, 1, true, true>(a, stream)
+             : pipe_x()     ? launch_tiles<FMT, T, 1, true, false, true>(a, stream)
+                            : launch_tiles<FMT, T, 1, true, false>(a, stream);
+    return a.rows <= 8 ? launch_tiles<FMT, T, 1, false>(a, stream) : launch_tiles<FMT, T, 2, false>(a, stream);
+  }
 }
 
 }  // namespace
 
 const char* int8_unsupported(const uqr_gemm_params& p, int rows, bool half_x, uintptr_t x_addr, uintptr_t w_addr,
                              int64_t w_row_stride) {
-  if (p.fmt != UQR_Q4_0 && p.fmt != UQR_Q4_K) return "int8 activations are implemented for q4_0 and q4_k";
+  if (p.fmt != UQR_Q4_0 && p.fmt != UQR_Q4_K && p.fmt != UQR_MLX4)
+    return "int8 activations are implemented for q4_0, q4_k and mlx4";
   if (rows < 1 || rows > kInt8MaxRows) return "batch * M must be 1..16";
+  if (p.fmt == UQR_MLX4 && (rows != 1 || (p.group_size != 32 && p.group_size != 64)))
+    return "int8 activations for mlx4 take one activation row and group size 32 or 64";
   return qmma_unsupported(p, rows, half_x, x_addr, w_addr, w_row_stride);
 }
 
@@ -678,11 +765,15 @@ cudaError_t qmma_int8(const void* x, int8_t* xq, int2* xm, const uint8_t* w, int
   if (int8_unsupported(p, rows, true, reinterpret_cast<uintptr_t>(x), reinterpret_cast<uintptr_t>(w), w_row_stride))
     return cudaErrorInvalidValue;
   const Int8Args a{p, xq, xm, y, w, w_row_stride, rows};
-  if (p.fmt == UQR_Q4_0)
-    return bf16 ? run<UQR_Q4_0>(a, static_cast<const __nv_bfloat16*>(x), xq, xm, stream)
-                : run<UQR_Q4_0>(a, static_cast<const __half*>(x), xq, xm, stream);
-  return bf16 ? run<UQR_Q4_K>(a, static_cast<const __nv_bfloat16*>(x), xq, xm, stream)
-              : run<UQR_Q4_K>(a, static_cast<const __half*>(x), xq, xm, stream);
+  auto go = [&](auto key) {
+    constexpr int F = decltype(key)::value;
+    return bf16 ? run<F>(a, static_cast<const __nv_bfloat16*>(x), xq, xm, stream)
+                : run<F>(a, static_cast<const __half*>(x), xq, xm, stream);
+  };
+  if (p.fmt == UQR_Q4_0) return go(std::integral_constant<int, UQR_Q4_0>{});
+  if (p.fmt == UQR_Q4_K) return go(std::integral_constant<int, UQR_Q4_K>{});
+  return p.group_size == 32 ? go(std::integral_constant<int, mlx4_key<32>()>{})
+                            : go(std::integral_constant<int, mlx4_key<64>()>{});
 }
 
 }  // namespace cuda

@@ -13,8 +13,8 @@ namespace cuda {
 // Most activation rows (batch * M) the int8 kernel serves: two 8-wide MMA column tiles.
 constexpr int kInt8MaxRows = 16;
 
-// nullptr when qmma_int8 takes this call (q4_0 / q4_k, 1..16 rows, the small-M kernel's shape and
-// alignment rules), else why not.
+// nullptr when qmma_int8 takes this call (q4_0 / q4_k 1..16 rows, mlx4 with g = 32 / 64 one row; the
+// small-M kernel's shape and alignment rules), else why not.
 const char* int8_unsupported(const uqr_gemm_params& p, int rows, bool half_x, uintptr_t x_addr, uintptr_t w_addr,
                              int64_t w_row_stride);
 
