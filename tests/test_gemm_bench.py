@@ -14,7 +14,7 @@ def test_bench_tiny_run_writes_json(tmp_path, capsys):
     rows = json.loads(out.read_text())["rows"]
     assert {(r["fmt"], r["path"], r["M"]) for r in rows} == {
         (f, p, m) for f, p in [("q4_k", "auto"), ("mlx4", "auto"), ("ternary", "vec"), ("ternary", "mma")]
-        for m in (1, 9)} | {("q4_k", "int8", 1)}  # int8 rows only at M <= bench.INT8_MAX_M
+        for m in (1, 9)} | {("q4_k", "int8", 1), ("mlx4", "int8", 1)}  # int8 rows only at M <= bench.INT8_MAX_M
     for r in rows:
         # path int8 rounds x to int8: a few 1e-3 relative error by design, fp32 paths accumulation only
         assert r["max_rel_err"] < (2e-2 if r["path"] == "int8" else 1e-5)

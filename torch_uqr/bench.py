@@ -267,7 +267,8 @@ def main(argv: Optional[list[str]] = None) -> int:
           f"LLC={llc_bytes() >> 20} MiB (weights {weights})")
     print(format_table(rows))
     if any(r.path == "int8" for r in rows):
-        print("path int8 rounds x to int8 (one scale per 32 elements, q4_k per 256): its max rel err of a few 1e-3 is expected")
+        print("path int8 rounds x to int8 (one scale per 32 elements, q4_k per 256, mlx4 per group): its max rel err "
+              "of a few 1e-3 is expected")
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"device": str(device), "threads": torch.get_num_threads(), "hot": args.hot, "rows": [asdict(r) for r in rows]},
