@@ -143,6 +143,17 @@ def test_int8_q4_0_quads_and_tail(K_tail):
         check(uqr.gemm(x, qt, path="int8"), x, W, torch.float32, f"q4_0 K={K_tail} M={M}")
 
 
+@pytest.mark.parametrize("g,K", [(32, 608), (64, 576), (32, 4128), (128, 384), (64, 64)])
+def test_int8_mlx4_packs_and_tail(g, K):
+    # The kernel takes mlx4 128 elements (4, 2 or 1 groups) at a time (x stored per 128 as evens then
+    # odds); groups past the last whole 128 go through the per-group step: 3 groups (g = 32, K =
+    # 608), 1 (g = 64, K = 576), 1 after several K passes (4128 at M = 9), none, and only the tail.
+    qt, W = weights("mlx4", g, N_ODD, K)
+    for M in (1, 2, 5, 9):
+        x = randn(M, K)
+        check(uqr.gemm(x, qt, path="int8"), x, W, torch.float32, f"mlx4 g={g} K={K} M={M}", fmt="mlx4", g=g)
+
+
 @pytest.mark.parametrize("K_k", [256, 768])
 @pytest.mark.parametrize("N", [9, 67])
 def test_int8_q4_k_every_row_count(K_k, N):

@@ -1,6 +1,6 @@
 // Path "int8": activations quantized to int8 (one fp32 scale per 32 elements for q4_0, per 256 for
 // q4_k, per group for mlx4), weights' 4-bit codes multiplied in with integer dot products (u8 x s8 ->
-// int32, AVX-512 VNNI's vpdpbusd for q4_0 / q4_k; mlx4 takes a portable loop).
+// int32, AVX-512 VNNI's vpdpbusd).
 //
 // Why: the fp32 fused kernel widens every nibble to a float lane (permutes and broadcasts on
 // port 5, ~9-12 cycles per 32-weight block measured); one vpdpbusd consumes 32 nibbles against
@@ -46,9 +46,11 @@ struct QRows {
   // With VNNI, per-lane terms in groups of 16 per row: q4_0 one group per block quad (quad_up_q4_0:
   // qinit, qdx), q4_k one per super-block (interleave_q4_k: qdx lane 0 = dx, qinit = the 8 block
   // sums as int16 words).
+  // mlx4: one group of 16 per 128 elements (pack_mlx4: qdx = each lane's group's dx, qb = its
+  // group's dx * sum spread over the group's lanes).
   int64_t nq = 0;
   std::vector<int32_t> qinit;
-  std::vector<float> qdx;
+  std::vector<float> qdx, qb;
 };
 
 // Codes of 32 elements at 1/d = id (round half to even, as std::nearbyint): returns their sum.
@@ -122,6 +124,7 @@ struct QView {
   const int32_t* qinit;
   const float* qdx;
   int64_t ldq, ldb, ldqd;
+  const float* qb;
 };
 
 
@@ -411,17 +414,99 @@ void q4_k_tile(const uint8_t* w, int64_t row_bytes, int64_t nblocks, const QView
 }
 
 // ---- mlx4 ----------------------------------------------------------------------------------
-// Groups of g (32, 64, 128) with one x scale each (quantize_rows' span = g). A portable loop that the
-// compiler vectorizes as it can: path "int8" exists for mlx4 for the GPU's one-row kernel, and on the
-// CPU it gives the same numbers, not a tuned speed.
+// Groups of g (32, 64, 128) with one x scale each (quantize_rows' span = g): y += dx (scale
+// dot(q, x_s8) + bias sx). With VNNI, 128 elements (4, 2 or 1 groups) are one pass: one byte permute
+// (vpermt2b) of two overlapping 64-byte loads gathers their 64 code bytes, whose low nibbles are the
+// even elements and high nibbles the odd ones, so x is stored per 128 as [evens | odds] (pack_mlx4);
+// the dot's int32 lane l belongs to group 8 l / g, whose scale and bias a word permute of the first
+// load picks (headers at even offsets), and whose dx and dx * sum (spread over its lanes) come
+// from qdx / qb. Groups past the last whole 128 stay in plain order (the per-group step).
+#if UQR_CPU_VNNI
+void pack_mlx4(QRows& xq, int64_t R, int g) {
+  xq.nq = xq.K / 128;
+  xq.qdx.resize(static_cast<size_t>(R * xq.nq * 16));
+  xq.qb.resize(static_cast<size_t>(R * xq.nq * 16));
+  const int per = g / kQBlock;
+  for (int64_t i = 0; i < R * xq.nq; ++i) {
+    const int64_t r = i / xq.nq, pk = i % xq.nq;
+    int8_t* q = xq.q.data() + r * xq.K + pk * 128;
+    int8_t tmp[128];
+    for (int j = 0; j < 64; ++j) tmp[j] = q[2 * j], tmp[64 + j] = q[2 * j + 1];
+    std::memcpy(q, tmp, 128);
+    for (int l = 0; l < 16; ++l) {
+      const int64_t b = r * xq.nb + pk * 4 + (8 * l / g) * per;  // the lane's group's first x block
+      float sx = 0.f;
+      for (int j = 0; j < per; ++j) sx += xq.ds[b + j];
+      xq.qdx[i * 16 + l] = xq.d[b];
+      xq.qb[i * 16 + l] = sx * 8.f / static_cast<float>(g);
+    }
+  }
+}
+
+// vpermt2b indices per g: pack byte p = code byte p % (g/2) of group p / (g/2), from A = bytes
+// 0-63 and B = bytes span-64 .. span-1 (index 64 + i is B's byte i; span = the pack's bytes).
+struct Mlx4Pick {
+  alignas(64) uint8_t idx[3][64];
+  alignas(32) int16_t hdr[3][16];  // per dot lane: its group's scale word in A
+  constexpr Mlx4Pick() : idx{}, hdr{} {
+    for (int gi = 0; gi < 3; ++gi) {
+      const int g = 32 << gi, bytes = 4 + g / 2, span = 128 / g * bytes;
+      for (int p = 0; p < 64; ++p) {
+        const int src = p / (g / 2) * bytes + 4 + p % (g / 2);
+        idx[gi][p] = static_cast<uint8_t>(src < 64 ? src : 64 + src - (span - 64));
+      }
+      for (int l = 0; l < 16; ++l) hdr[gi][l] = static_cast<int16_t>(8 * l / g * bytes / 2);
+    }
+  }
+};
+constexpr Mlx4Pick kMlx4Pick{};
+#endif
+
 template <int MR, int NR>
 void mlx4_tile(const uint8_t* w, int64_t row_bytes, int64_t nblocks, int g, const QView& x, float* res, int64_t ld,
                bool acc0) {
   const int64_t bytes = 4 + g / 2, per = g / kQBlock;
+  float tail[NR][MR] = {};
+  int64_t b0 = 0;  // first group of the per-group step
+#if UQR_CPU_VNNI
+  const int gi = g == 32 ? 0 : g == 64 ? 1 : 2;
+  const int64_t gpp = 128 / g, span = gpp * bytes, npacks = nblocks / gpp;
+  const __m512i m4 = _mm512_set1_epi8(0x0F);
+  const __m512i codes = _mm512_load_si512(kMlx4Pick.idx[gi]);
+  const __m512i hdr = _mm512_castsi256_si512(_mm256_load_si256(reinterpret_cast<const __m256i*>(kMlx4Pick.hdr[gi])));
+  const __m512i hdr_b = _mm512_add_epi16(hdr, _mm512_set1_epi16(1));
+  __m512 acc[NR][MR];
+  for (int r = 0; r < NR; ++r)
+    for (int m = 0; m < MR; ++m) acc[r][m] = _mm512_setzero_ps();
+  for (int64_t pk = 0; pk < npacks; ++pk) {
+#pragma GCC unroll 4
+    for (int r = 0; r < NR; ++r) {
+      const uint8_t* blk = w + r * row_bytes + pk * span;
+      const __m512i a = _mm512_loadu_si512(blk), b = _mm512_loadu_si512(blk + span - 64);
+      const __m512i raw = _mm512_permutex2var_epi8(a, codes, b);
+      const __m512i lo = _mm512_and_si512(raw, m4), hi = _mm512_and_si512(_mm512_srli_epi16(raw, 4), m4);
+      const __m512 scale = _mm512_cvtph_ps(_mm512_castsi512_si256(_mm512_permutexvar_epi16(hdr, a)));
+      const __m512 bias = _mm512_cvtph_ps(_mm512_castsi512_si256(_mm512_permutexvar_epi16(hdr_b, a)));
+#pragma GCC unroll 8
+      for (int m = 0; m < MR; ++m) {
+        const int8_t* xq = x.q + m * x.ldq + pk * 128;
+        const int64_t qi = (m * x.ldqd + pk) * 16;
+        __m512i dot = _mm512_dpbusd_epi32(_mm512_setzero_si512(), lo, _mm512_loadu_si512(xq));
+        dot = _mm512_dpbusd_epi32(dot, hi, _mm512_loadu_si512(xq + 64));
+        acc[r][m] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), _mm512_mul_ps(scale, _mm512_loadu_ps(x.qdx + qi)),
+                                    acc[r][m]);
+        acc[r][m] = _mm512_fmadd_ps(bias, _mm512_loadu_ps(x.qb + qi), acc[r][m]);
+      }
+    }
+  }
+  for (int r = 0; r < NR; ++r)
+    for (int m = 0; m < MR; ++m) tail[r][m] = _mm512_reduce_add_ps(acc[r][m]);
+  b0 = npacks * gpp;
+#endif
   for (int r = 0; r < NR; ++r)
     for (int m = 0; m < MR; ++m) {
-      float acc = 0.f;
-      for (int64_t b = 0; b < nblocks; ++b) {
+      float acc = tail[r][m];
+      for (int64_t b = b0; b < nblocks; ++b) {
         const uint8_t* blk = w + r * row_bytes + b * bytes;
         const int8_t* xb = x.q + m * x.ldq + b * g;
         int32_t dot = 0, sx = 0;
@@ -462,7 +547,7 @@ void int8_rows(const uint8_t* w, const uqr_gemm_params& p, const QView& x, int64
     // per-lane groups of 16: one per q4_0 quad (128 elements), one per q4_k super-block (256)
     const int64_t xb = k0 / kQBlock, xqd = k0 / (KQuant ? 256 : 128) * 16;
     const QView xc{x.q + k0, x.d + xb, x.s + xb, x.ds + xb, x.qinit ? x.qinit + xqd : nullptr,
-                   x.qdx ? x.qdx + xqd : nullptr, x.ldq, x.ldb, x.ldqd};
+                   x.qdx ? x.qdx + xqd : nullptr, x.ldq, x.ldb, x.ldqd, x.qb ? x.qb + xqd : nullptr};
     auto tile = [&](auto nr, int64_t n) {
       constexpr int R = decltype(nr)::value;
       float* out = res + (n - n0);
@@ -484,12 +569,13 @@ void gemm_int8(const uint8_t* w, const uqr_gemm_params& p, const float* X, int64
   QRows xq = quantize_rows(X, R, p.K, kquant ? UQR_Q4_K_BLOCK : mlx4 ? p.group_size : kQBlock);
 #if UQR_CPU_VNNI
   if (kquant) interleave_q4_k(xq, R);
-  else if (!mlx4) quad_up_q4_0(xq, R);
+  else if (mlx4) pack_mlx4(xq, R, p.group_size);
+  else quad_up_q4_0(xq, R);
 #endif
   fused_driver(p, R, out, [&](int rows, int64_t r0, int64_t n0, int64_t n1, float* res, int64_t ld) {
     const QView x{xq.q.data() + r0 * xq.K, xq.d.data() + r0 * xq.nb, xq.s.data() + r0 * xq.nb,
                   xq.ds.data() + r0 * xq.nb, xq.qinit.data() + r0 * xq.nq * 16, xq.qdx.data() + r0 * xq.nq * 16,
-                  xq.K, xq.nb, xq.nq};
+                  xq.K, xq.nb, xq.nq, xq.qb.empty() ? nullptr : xq.qb.data() + r0 * xq.nq * 16};
     with_rows(rows, [&](auto mr) {
       constexpr int MR = decltype(mr)::value;
       if (kquant) int8_rows<MR, UQR_Q4_K>(w, p, x, n0, n1, res, ld);
