@@ -8,8 +8,8 @@ the median replay time divided by the calls in it. Graphs remove Python launch o
 not the kernels' cost (``ms_eager`` records it for the auto path separately).
 
 q4_0, q4_k and mlx4 also get a row of kernel "int8" (path "int8", the int8-activation kernel)
-wherever it takes the call (q4_0 / q4_k M <= 16, mlx4 M = 1): shown in the table as "/ int8 <us>" after the format's best exact kernel,
-never counted as that best. Its error column is a few 1e-3 by design (x rounded to int8), not a
+wherever it takes the call (q4_0 / q4_k M <= 16, mlx4 M = 1): shown in the table as "/ int8 <us>"
+after the format's best exact kernel, never counted as that best. Its error column is a few 1e-3 by design (x rounded to int8), not a
 defect (INT8_NOTE).
 """
 from __future__ import annotations

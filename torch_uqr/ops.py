@@ -83,11 +83,10 @@ def gemm(x: torch.Tensor, qt: Any, out_heads: Optional[int] = None, in_heads: bo
             add/subtract, no multiply per weight) or "int8" (q4_0 / q4_k / mlx4 only, opt-in: x
             rounded to int8 with one fp32 scale per 32 elements, per 256 for q4_k, per group for
             mlx4, then integer dot products; faster at small M, a few 1e-3 relative error from the
-            activation rounding). On CPU int8 serves any M (mlx4 by a portable, untuned loop). On
-            CUDA it runs the int8 tensor-core kernel for bf16 / fp16 x of up to 16 activation rows
-            (batch * M; mlx4: one row, g = 32 or 64); every other CUDA call (more rows, fp32 x, a
-            shape or alignment that kernel does not take, an extension built without it) silently
-            runs the exact path "auto".
+            activation rounding). On CPU int8 serves any M. On CUDA it runs the int8 tensor-core
+            kernel for bf16 / fp16 x of up to 16 activation rows (batch * M; mlx4: one row, g = 32
+            or 64); every other CUDA call (more rows, fp32 x, a shape or alignment that kernel does
+            not take, an extension built without it) silently runs the exact path "auto".
             Not on MPS or the Metal emulator.
         backend: None (x's device) or "metal-emu" (the Metal shaders run by the CPU emulator).
 
