@@ -12,6 +12,23 @@ h200_build() {
     && echo "build ok ($(( $(date +%s) - t0 )) s)" || { echo "BUILD FAILED"; tail -30 "$OUT/build.log"; return 1; }
 }
 
+# GPU test files under pytest -n 8: the summary's last lines and the time to stdout. An environment
+# prefix (UQR_X=0 h200_tests ...) applies to the run, for A/B runs of a switch.
+h200_tests() {
+  local t0; t0=$(date +%s)
+  python3 -m pytest -q -n 8 "$@" 2>&1 | tail -3
+  echo "tests took $(( $(date +%s) - t0 )) s"
+}
+
+# bench/int8_probe.py at one row on its default shapes and formats, twice (int8 against the exact
+# kernel in each round), rows into $OUT/probe1.json and probe2.json.
+h200_int8_probe_rounds() {
+  for rep in 1 2; do
+    echo "== one row, round $rep"
+    PYTHONPATH=. timeout 150 python3 bench/int8_probe.py --M 1 --reps 20 --json "$OUT/probe$rep.json"
+  done
+}
+
 # ncu of the wgmma kernel, q4_0 14336 x 4096 at 128 and 512 rows: speed of light, scheduler, warp
 # states and every stall reason per issued instruction, into $OUT/$1; the summary lines to stdout.
 h200_ncu_wgmma() {
@@ -35,9 +52,7 @@ PY
 h200_build_and_test_mma() {
   h200_header
   h200_build || return 1
-  local t0; t0=$(date +%s)
-  python3 -m pytest -q -n 8 tests/test_cuda_wgmma.py tests/test_cuda_qmma.py 2>&1 | tail -6
-  echo "tests took $(( $(date +%s) - t0 )) s"
+  h200_tests tests/test_cuda_wgmma.py tests/test_cuda_qmma.py
 }
 
 # ncu of the small-M kernel (qmma_small_m_kernel), q4_0 14336 x 4096 at 1 and 16 rows: speed of
@@ -65,11 +80,9 @@ PY
 h200_build_and_test_all() {
   h200_header
   h200_build || return 1
-  local t0; t0=$(date +%s)
-  python3 -m pytest -q -n 8 tests/test_triton_cuda.py tests/test_cuda_qmma.py tests/test_cuda_dequant.py \
+  h200_tests tests/test_triton_cuda.py tests/test_cuda_qmma.py tests/test_cuda_dequant.py \
     tests/test_cuda_scratch_pipeline.py tests/test_cuda_wgmma.py tests/test_cuda_dispatch_rules.py \
-    tests/test_cuda_int8.py tests/test_cuda_pdl.py 2>&1 | tail -2
-  echo "tests took $(( $(date +%s) - t0 )) s"
+    tests/test_cuda_int8.py tests/test_cuda_pdl.py
 }
 
 # ncu of the int8 kernel's main pass (qmma_int8_kernel; $2: another kernel-name regex, $3 launches),

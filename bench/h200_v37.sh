@@ -11,10 +11,7 @@ source "$(dirname "$0")/h200_lib.sh"
 {
   h200_header
   h200_build || exit 1
-  t0=$(date +%s)
-  python3 -m pytest -q -n 8 tests/test_cuda_pdl.py tests/test_cuda_qmma.py tests/test_cuda_int8.py \
-    tests/test_cuda_wgmma.py 2>&1 | tail -4
-  echo "tests took $(( $(date +%s) - t0 )) s"
+  h200_tests tests/test_cuda_pdl.py tests/test_cuda_qmma.py tests/test_cuda_int8.py tests/test_cuda_wgmma.py
   for pdl in 0 1; do
     for l2 in 0 all; do
       tag="pdl${pdl}_l2${l2}"

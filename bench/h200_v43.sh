@@ -9,10 +9,8 @@ source "$(dirname "$0")/h200_lib.sh"
 {
   h200_header
   h200_build || exit 1
-  t0=$(date +%s)
-  python3 -m pytest -q -n 8 tests/test_cuda_int8.py tests/test_cuda_pdl.py tests/test_cuda_scratch_pipeline.py 2>&1 | tail -3
-  UQR_INT8_COLS=0 python3 -m pytest -q -n 8 tests/test_cuda_int8.py 2>&1 | tail -2
-  echo "tests took $(( $(date +%s) - t0 )) s"
+  h200_tests tests/test_cuda_int8.py tests/test_cuda_pdl.py tests/test_cuda_scratch_pipeline.py
+  UQR_INT8_COLS=0 h200_tests tests/test_cuda_int8.py
   for rep in 1 2; do
     for cols in 1 0; do
       echo "== UQR_INT8_COLS=$cols (round $rep)"

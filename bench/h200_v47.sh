@@ -10,10 +10,8 @@ source "$(dirname "$0")/h200_lib.sh"
 {
   h200_header
   h200_build || exit 1
-  t0=$(date +%s)
-  python3 -m pytest -q -n 8 tests/test_cuda_int8.py tests/test_cuda_pdl.py tests/test_cuda_qmma.py 2>&1 | tail -2
-  UQR_EAGER_RING=0 python3 -m pytest -q -n 8 tests/test_cuda_int8.py tests/test_cuda_qmma.py 2>&1 | tail -2
-  echo "tests took $(( $(date +%s) - t0 )) s"
+  h200_tests tests/test_cuda_int8.py tests/test_cuda_pdl.py tests/test_cuda_qmma.py
+  UQR_EAGER_RING=0 h200_tests tests/test_cuda_int8.py tests/test_cuda_qmma.py
   for rep in 1 2; do
     for e in 1 0; do
       echo "== UQR_EAGER_RING=$e (round $rep)"

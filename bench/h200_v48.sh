@@ -7,12 +7,7 @@ source "$(dirname "$0")/h200_lib.sh"
 {
   h200_header
   h200_build || exit 1
-  t0=$(date +%s)
-  python3 -m pytest -q -n 8 tests/test_cuda_int8.py tests/test_cuda_pdl.py 2>&1 | tail -3
-  echo "tests took $(( $(date +%s) - t0 )) s"
-  for rep in 1 2; do
-    echo "== one row, round $rep"
-    PYTHONPATH=. timeout 150 python3 bench/int8_probe.py --M 1 --reps 20 --json "$OUT/probe$rep.json"
-  done
+  h200_tests tests/test_cuda_int8.py tests/test_cuda_pdl.py
+  h200_int8_probe_rounds
   date -u
 } 2>&1 | tee "$OUT/run.log"

@@ -433,12 +433,15 @@ void pack_mlx4(QRows& xq, int64_t R, int g) {
     int8_t tmp[128];
     for (int j = 0; j < 64; ++j) tmp[j] = q[2 * j], tmp[64 + j] = q[2 * j + 1];
     std::memcpy(q, tmp, 128);
-    for (int l = 0; l < 16; ++l) {
-      const int64_t b = r * xq.nb + pk * 4 + (8 * l / g) * per;  // the lane's group's first x block
+    const int lanes = g / 8;  // dot lanes per group
+    for (int k = 0; k < 128 / g; ++k) {
+      const int64_t b = r * xq.nb + pk * 4 + k * per;  // the group's first x block
       float sx = 0.f;
       for (int j = 0; j < per; ++j) sx += xq.ds[b + j];
-      xq.qdx[i * 16 + l] = xq.d[b];
-      xq.qb[i * 16 + l] = sx * 8.f / static_cast<float>(g);
+      for (int l = k * lanes; l < (k + 1) * lanes; ++l) {
+        xq.qdx[i * 16 + l] = xq.d[b];
+        xq.qb[i * 16 + l] = sx / static_cast<float>(lanes);
+      }
     }
   }
 }
@@ -466,7 +469,7 @@ template <int MR, int NR>
 void mlx4_tile(const uint8_t* w, int64_t row_bytes, int64_t nblocks, int g, const QView& x, float* res, int64_t ld,
                bool acc0) {
   const int64_t bytes = 4 + g / 2, per = g / kQBlock;
-  float tail[NR][MR] = {};
+  float part[NR][MR] = {};  // the VNNI passes' sums
   int64_t b0 = 0;  // first group of the per-group step
 #if UQR_CPU_VNNI
   const int gi = g == 32 ? 0 : g == 64 ? 1 : 2;
@@ -500,12 +503,12 @@ void mlx4_tile(const uint8_t* w, int64_t row_bytes, int64_t nblocks, int g, cons
     }
   }
   for (int r = 0; r < NR; ++r)
-    for (int m = 0; m < MR; ++m) tail[r][m] = _mm512_reduce_add_ps(acc[r][m]);
+    for (int m = 0; m < MR; ++m) part[r][m] = _mm512_reduce_add_ps(acc[r][m]);
   b0 = npacks * gpp;
 #endif
   for (int r = 0; r < NR; ++r)
     for (int m = 0; m < MR; ++m) {
-      float acc = tail[r][m];
+      float acc = part[r][m];
       for (int64_t b = b0; b < nblocks; ++b) {
         const uint8_t* blk = w + r * row_bytes + b * bytes;
         const int8_t* xb = x.q + m * x.ldq + b * g;
