@@ -16,7 +16,7 @@ from torch_uqr.bench_cuda import _errors, _n_sets, _time_calls
 from torch_uqr.triton_kernels.formats_meta import block_geometry
 from torch_uqr.triton_kernels.testing import random_packed, reference_dequantize
 
-SPAN = {"q4_0": 32, "q4_k": 256, "mlx4": 64}  # mlx4 timed at g = 64, its x scale per group
+SPAN = {"q4_0": 32, "q4_k": 256, "mlx4": 64, "ternary": 32}  # mlx4 timed at g = 64, its x scale per group
 
 
 def int8_rounded(x: torch.Tensor, span: int) -> torch.Tensor:
@@ -32,7 +32,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--M", default="1,8,16")
     ap.add_argument("--shapes", default="14336x4096,4096x14336,4096x4096")
-    ap.add_argument("--formats", default="q4_0,q4_k,mlx4")
+    ap.add_argument("--formats", default="q4_0,q4_k,mlx4,ternary")
     ap.add_argument("--reps", type=int, default=20)
     ap.add_argument("--json")
     args = ap.parse_args()
@@ -50,8 +50,8 @@ def main() -> None:
             w_ref = reference_dequantize(W[0], fmt, N, K, g)
             for M in Ms:
                 ops = {"exact": torch.ops.uqr._qmma_cuda, "int8": torch.ops.uqr._int8_cuda}
-                if fmt == "mlx4" and M > 1:
-                    del ops["int8"]  # mlx4's int8 kernel takes one row
+                if fmt in ("mlx4", "ternary") and M > 1:
+                    del ops["int8"]  # their int8 kernel takes one row
                 for name, op in ops.items():
                     def call(j, M=M, op=op):
                         return op(X[j % 8][:M], W[j], fmt, N, K, g, 0, False)

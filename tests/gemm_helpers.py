@@ -71,8 +71,9 @@ def assert_close(y: torch.Tensor, ref: torch.Tensor, dtype: torch.dtype, what: s
 # Path "int8": elements per x scale, q4_0 one per 32-element block, q4_k one per 256-element
 # super-block (its eight sub-block dots are scaled in integers, as llama.cpp's q8_K).
 def int8_x_span(fmt: str, group_size: int | None = None) -> int:
-    """Elements per x scale of path "int8": 32 for q4_0, a super-block for q4_k, a group for mlx4."""
-    return {"q4_0": 32, "q4_k": 256}.get(fmt) or int(group_size or 64)
+    """Elements per x scale of path "int8": 32 for q4_0 and ternary, a super-block for q4_k, a group
+    for mlx4."""
+    return int(group_size or 64) if fmt == "mlx4" else {"q4_0": 32, "q4_k": 256, "ternary": 32}[fmt]
 
 
 def rows_of(x: torch.Tensor, in_heads: bool) -> torch.Tensor:

@@ -136,5 +136,5 @@ def test_int8_fits_and_forced_kernel_errors() -> None:
         dispatch.gemm_triton(x.view(1, top + 1, K), w, "q4_k", 32, K, kernel="int8")
     with pytest.raises(ValueError, match="kernel: 'int8' takes.*got fmt 'q8_0'"):
         dispatch.gemm_triton(x[:4], w8, "q8_0", 32, K, kernel="int8")
-    with pytest.raises(ValueError, match="path: 'int8' is only valid for fmt 'q4_0', 'q4_k', 'mlx4', got fmt 'q8_0'"):
+    with pytest.raises(ValueError, match="path: 'int8' is only valid for fmt 'q4_0', 'q4_k', 'mlx4', 'ternary', got fmt 'q8_0'"):
         dispatch.gemm_triton(x[:4], w8, "q8_0", 32, K, path="int8")

@@ -1,5 +1,5 @@
 """Path "int8" on CUDA: the int8 tensor-core kernel (csrc/cuda/qmma_int8.cu, op uqr::_int8_cuda;
-q4_0 / q4_k at 1-16 rows, mlx4 at one row) against a float64 reference of the same activation rounding, against the CPU int8 path, in every
+q4_0 / q4_k at 1-16 rows, mlx4 and ternary at one row) against a float64 reference of the same activation rounding, against the CPU int8 path, in every
 layout, and the dispatch around it (calls the kernel does not take run path "auto").
 
 The reference (gemm_helpers.int8_reference: x rounded to int8 in fp32 torch arithmetic as the
@@ -162,7 +162,7 @@ def test_int8_cuda_errors(cuda) -> None:
     wm = random_packed("mlx4", N, K, 64, seed=1, device="cuda")
     w8 = random_packed("q8_0", N, K, 0, seed=1, device="cuda")
     x = torch.randn(3, K, device="cuda", dtype=torch.bfloat16)
-    with pytest.raises(ValueError, match="path='int8' .*supports fmt 'q4_0', 'q4_k', 'mlx4', not 'q8_0'"):
+    with pytest.raises(ValueError, match="path='int8' .*supports fmt 'q4_0', 'q4_k', 'mlx4', 'ternary', not 'q8_0'"):
         uqr.gemm(x, uqr.QTensor(w8, "q8_0", (N, K)), path="int8")
     with pytest.raises(ValueError, match="kernel: 'int8' takes.*got fmt 'mlx4'.*3 rows"):
         gemm_triton(x, wm, "mlx4", N, K, 64, kernel="int8")  # mlx4: one row only
@@ -196,49 +196,51 @@ def test_int8_cuda_zero_spans(cuda, fmt: str) -> None:
         assert bool((y[1] == 0).all()), f"{fmt} {dtype}: zero row"
 
 
-# -- mlx4: one activation row, g = 32 and 64, in block columns ------------------------------------
+# -- mlx4 (g = 32, 64) and ternary: one activation row, in block columns ------------------------
 
-@pytest.mark.parametrize("g", (32, 64))
-def test_int8_cuda_mlx4_one_row(cuda, g: int) -> None:
-    """mlx4 at one row against the float64 product of the same group-wise int8 x (one scale per
-    group), N with a partial 16-row CTA, few and many CTAs, K of one and several stages per warp,
-    both x dtypes; the head layouts give the plain layout's bits; the CPU int8 path agrees to fp32
-    sums."""
+ONE_ROW = [("mlx4", 32), ("mlx4", 64), ("ternary", 0)]
+
+
+@pytest.mark.parametrize("fmt,g", ONE_ROW, ids=[f"{f}-g{g}" if g else f for f, g in ONE_ROW])
+def test_int8_cuda_one_row_formats(cuda, fmt: str, g: int) -> None:
+    """One row against the float64 product of the same int8 x (mlx4: one scale per group), N with a
+    partial 16-row CTA, few and many CTAs, K of one and several stages per warp, both x dtypes; the
+    head layouts give the plain layout's bits; the CPU int8 path agrees to fp32 sums."""
     for N, K in ((256, 512), (4352, 1024), (200, 1536), (8464, 2048)):
-        w = random_packed("mlx4", N, K, g, seed=fresh_seed(), device="cuda")
-        W = reference_dequantize(w.cpu(), "mlx4", N, K, g)
+        w = random_packed(fmt, N, K, g, seed=fresh_seed(), device="cuda")
+        W = reference_dequantize(w.cpu(), fmt, N, K, g)
         for dtype in HALF:
             for batch in ((), (1,)):
                 x = torch.randn(*batch, 1, K, device="cuda").to(dtype)
-                y = torch.ops.uqr._int8_cuda(x, w, "mlx4", N, K, g, 0, False)
-                check_rounded(y.cpu(), int8_reference(x.cpu(), W, "mlx4", group_size=g), dtype,
-                              f"mlx4 g={g} {N}x{K} {dtype} batch {batch}")
+                y = torch.ops.uqr._int8_cuda(x, w, fmt, N, K, g, 0, False)
+                check_rounded(y.cpu(), int8_reference(x.cpu(), W, fmt, group_size=g), dtype,
+                              f"{fmt} g={g} {N}x{K} {dtype} batch {batch}")
     N, K, h_in, h_out = 264, 2048, 8, 4
-    w = random_packed("mlx4", N, K, g, seed=fresh_seed(), device="cuda")
+    w = random_packed(fmt, N, K, g, seed=fresh_seed(), device="cuda")
     x = torch.randn(1, h_in, 1, K // h_in, device="cuda", dtype=torch.bfloat16)
     xp = rows_of(x, True).contiguous()
-    plain = torch.ops.uqr._int8_cuda(xp, w, "mlx4", N, K, g, 0, False)
+    plain = torch.ops.uqr._int8_cuda(xp, w, fmt, N, K, g, 0, False)
     heads = plain.reshape(1, 1, h_out, N // h_out).transpose(1, 2)
-    assert torch.equal(torch.ops.uqr._int8_cuda(x, w, "mlx4", N, K, g, 0, True), plain), "in_heads"
-    assert torch.equal(torch.ops.uqr._int8_cuda(x, w, "mlx4", N, K, g, h_out, True), heads), "both"
-    qt_cpu = uqr.QTensor(w.cpu(), "mlx4", (N, K), g)
+    assert torch.equal(torch.ops.uqr._int8_cuda(x, w, fmt, N, K, g, 0, True), plain), "in_heads"
+    assert torch.equal(torch.ops.uqr._int8_cuda(x, w, fmt, N, K, g, h_out, True), heads), "both"
+    qt_cpu = uqr.QTensor(w.cpu(), fmt, (N, K), g)
     y_cpu = uqr.gemm(xp.cpu().float(), qt_cpu, path="int8").double()
-    check_rounded(plain.cpu(), y_cpu, torch.bfloat16, f"mlx4 g={g} vs CPU int8")
+    check_rounded(plain.cpu(), y_cpu, torch.bfloat16, f"{fmt} g={g} vs CPU int8")
 
 
-def test_int8_cuda_mlx4_dispatch(cuda) -> None:
-    """path "int8" on mlx4 runs the kernel at one row with g = 32 / 64 (its bits, not auto's) and
-    path "auto" otherwise: two rows, g = 128."""
+@pytest.mark.parametrize("fmt,g", ONE_ROW + [("mlx4", 128)], ids=lambda v: str(v))
+def test_int8_cuda_one_row_dispatch(cuda, fmt: str, g: int) -> None:
+    """path "int8" runs the kernel at one row (its bits, not auto's) and path "auto" otherwise: two
+    rows, mlx4 with g = 128."""
     N, K = 256, 512
-    for g in (32, 64, 128):
-        w = random_packed("mlx4", N, K, g, seed=fresh_seed(), device="cuda")
-        qt = uqr.QTensor(w, "mlx4", (N, K), g)
-        x1 = torch.randn(1, K, device="cuda", dtype=torch.bfloat16)
-        y1 = uqr.gemm(x1, qt, path="int8")
-        if g == 128:
-            assert torch.equal(y1, uqr.gemm(x1, qt)), "g = 128 runs auto"
-        else:
-            assert torch.equal(y1, torch.ops.uqr._int8_cuda(x1, w, "mlx4", N, K, g, 0, False))
-            assert not torch.equal(y1, uqr.gemm(x1, qt)), f"g = {g}: int8, not auto"
-        x2 = torch.randn(2, K, device="cuda", dtype=torch.bfloat16)
-        assert torch.equal(uqr.gemm(x2, qt, path="int8"), uqr.gemm(x2, qt)), f"g = {g}: two rows run auto"
+    w = random_packed(fmt, N, K, g, seed=fresh_seed(), device="cuda")
+    qt = uqr.QTensor(w, fmt, (N, K), g)
+    x1 = torch.randn(1, K, device="cuda", dtype=torch.bfloat16)
+    y1 = uqr.gemm(x1, qt, path="int8")
+    if g == 128:
+        assert torch.equal(y1, uqr.gemm(x1, qt)), "g = 128 runs auto"
+    else:
+        assert torch.equal(y1, torch.ops.uqr._int8_cuda(x1, w, fmt, N, K, g, 0, False))
+        assert not torch.equal(y1, uqr.gemm(x1, qt)), f"{fmt} g = {g}: int8, not auto"
+    x2 = torch.randn(2, K, device="cuda", dtype=torch.bfloat16)
+    assert torch.equal(uqr.gemm(x2, qt, path="int8"), uqr.gemm(x2, qt)), f"{fmt} g = {g}: two rows run auto"

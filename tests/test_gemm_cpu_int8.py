@@ -1,5 +1,5 @@
-"""Path "int8" on CPU: x rounded to int8 (one fp32 scale per 32 elements for q4_0, per 256 for
-q4_k, per group for mlx4), integer dot products.
+"""Path "int8" on CPU: x rounded to int8 (one fp32 scale per 32 elements for q4_0 and ternary, per
+256 for q4_k, per group for mlx4), integer dot products.
 
 Two references: the float64 product of the SAME int8-rounded x (done here in torch, the rule of
 docs/operator.md: scale = amax / 127, codes = round-half-even(x / scale), all-zero span -> 0),
@@ -17,7 +17,7 @@ from gemm_helpers import SEED, assert_close, int8_reference, int8_x_span, randn,
 
 N_ODD = 70  # crosses the 4-row tiles and the 64-row work units
 K = 512     # two q4_k super-blocks, sixteen q4_0 blocks
-FORMATS = [("q4_0", None), ("q4_k", None), ("mlx4", 32), ("mlx4", 64), ("mlx4", 128)]
+FORMATS = [("q4_0", None), ("q4_k", None), ("mlx4", 32), ("mlx4", 64), ("mlx4", 128), ("ternary", None)]
 FMT_IDS = [f if g is None else f"{f}-g{g}" for f, g in FORMATS]
 DTYPES = [torch.float32, torch.float16, torch.bfloat16]
 # Against the same-rounded x: fp32 accumulation only, or the rounding of y to fp16/bf16.
@@ -101,9 +101,9 @@ def test_int8_auto_is_unchanged():
 
 def test_int8_errors():
     qt8, _ = weights("q8_0", None, 48, 256)
-    with pytest.raises(ValueError, match="path='int8' .*supports fmt 'q4_0', 'q4_k', 'mlx4', not 'q8_0'"):
+    with pytest.raises(ValueError, match="path='int8' .*supports fmt 'q4_0', 'q4_k', 'mlx4', 'ternary', not 'q8_0'"):
         uqr.gemm(randn(2, 256), qt8, path="int8")
-    with pytest.raises(RuntimeError, match="path='int8' .*supports fmt 'q4_0', 'q4_k' and 'mlx4', not 'q8_0'"):
+    with pytest.raises(RuntimeError, match="path='int8' .*supports fmt 'q4_0', 'q4_k', 'mlx4' and 'ternary', not 'q8_0'"):
         torch.ops.uqr.gemm(randn(2, 256), qt8.data, "q8_0", 48, 256, 0, 0, False, "int8")
     q4, _ = weights("q4_0", None, 48, 256)
     with pytest.raises(ValueError, match="path='int8' exists only for CPU and CUDA tensors.*metal-emu"):

@@ -1,6 +1,6 @@
 // Path "int8": activations quantized to int8 (one fp32 scale per 32 elements for q4_0, per 256 for
-// q4_k, per group for mlx4), weights' 4-bit codes multiplied in with integer dot products (u8 x s8 ->
-// int32, AVX-512 VNNI's vpdpbusd).
+// q4_k, per group for mlx4), weights' 4-bit (ternary: 2-bit) codes multiplied in with integer dot
+// products (u8 x s8 -> int32, AVX-512 VNNI's vpdpbusd).
 //
 // Why: the fp32 fused kernel widens every nibble to a float lane (permutes and broadcasts on
 // port 5, ~9-12 cycles per 32-weight block measured); one vpdpbusd consumes 32 nibbles against
@@ -12,6 +12,7 @@
 //   q4_k: per super-block (one dx): d dx sum_j sc_j dot_j(q, x_s8) - dmin dx sum_j m_j sx_j, both
 //         sums over the 8 sub-blocks in integers
 //   mlx4: per group (one dx): dx (scale dot(q, x_s8) + bias sx)
+//   ternary: sum_j d (c_j - 1) x_j  ~  d dx (dot(c, x_s8) - sx)
 #include <ATen/Parallel.h>
 
 #include <algorithm>
@@ -522,6 +523,70 @@ void mlx4_tile(const uint8_t* w, int64_t row_bytes, int64_t nblocks, int g, cons
     }
 }
 
+// ---- ternary ---------------------------------------------------------------------------------
+// With VNNI a block's 8 code bytes, shifted right by 0, 2, 4, 6 in four 64-bit lanes and masked to
+// 2 bits, are 32 code bytes in which position 8t + b holds element 4b + t; x is stored per block in
+// that order (permute_ternary), so a block is one 256-bit vpdpbusd.
+#if UQR_CPU_VNNI
+void permute_ternary(QRows& xq, int64_t R) {
+  for (int64_t i = 0; i < R * xq.K / kQBlock; ++i) {
+    int8_t* q = xq.q.data() + i * kQBlock;
+    int8_t tmp[kQBlock];
+    for (int p = 0; p < kQBlock; ++p) tmp[p] = q[4 * (p % 8) + p / 8];
+    std::memcpy(q, tmp, kQBlock);
+  }
+}
+#endif
+
+template <int MR, int NR>
+void ternary_tile(const uint8_t* w, int64_t row_bytes, int64_t nblocks, const QView& x, float* res, int64_t ld,
+                  bool acc0) {
+#if UQR_CPU_VNNI
+  const __m256i shifts = _mm256_setr_epi64x(0, 2, 4, 6), m2 = _mm256_set1_epi8(3);
+  __m256 acc[NR][MR];
+  float acc0s[NR][MR];
+  for (int r = 0; r < NR; ++r)
+    for (int m = 0; m < MR; ++m) acc[r][m] = _mm256_setzero_ps(), acc0s[r][m] = 0.f;
+  for (int64_t b = 0; b < nblocks; ++b) {
+    for (int r = 0; r < NR; ++r) {
+      const uint8_t* blk = w + r * row_bytes + b * UQR_TERNARY_BYTES;
+      int64_t qs;
+      std::memcpy(&qs, blk + 4, 8);
+      const __m256i codes = _mm256_and_si256(_mm256_srlv_epi64(_mm256_set1_epi64x(qs), shifts), m2);
+      const float dw = load_half(blk);
+#pragma GCC unroll 8
+      for (int m = 0; m < MR; ++m) {
+        const __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.q + m * x.ldq + b * kQBlock));
+        const __m256i dot = _mm256_dpbusd_epi32(_mm256_setzero_si256(), codes, xv);
+        const int64_t xb = m * x.ldb + b;
+        acc[r][m] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_set1_ps(dw * x.d[xb]), acc[r][m]);
+        acc0s[r][m] -= dw * x.ds[xb];
+      }
+    }
+  }
+  for (int r = 0; r < NR; ++r)
+    for (int m = 0; m < MR; ++m) {
+      const __m128 h4 = _mm_add_ps(_mm256_castps256_ps128(acc[r][m]), _mm256_extractf128_ps(acc[r][m], 1));
+      const __m128 h2 = _mm_add_ps(h4, _mm_movehl_ps(h4, h4));
+      const float v = _mm_cvtss_f32(_mm_add_ss(h2, _mm_shuffle_ps(h2, h2, 1))) + acc0s[r][m];
+      res[m * ld + r] = (acc0 ? res[m * ld + r] : 0.f) + v;
+    }
+#else
+  for (int r = 0; r < NR; ++r)
+    for (int m = 0; m < MR; ++m) {
+      float acc = 0.f;
+      for (int64_t b = 0; b < nblocks; ++b) {
+        const uint8_t* blk = w + r * row_bytes + b * UQR_TERNARY_BYTES;
+        const int8_t* xb = x.q + m * x.ldq + b * kQBlock;
+        int32_t dot = -x.s[m * x.ldb + b];
+        for (int i = 0; i < kQBlock; ++i) dot += ((blk[4 + i / 4] >> (2 * (i % 4))) & 3) * xb[i];
+        acc += static_cast<float>(dot) * (load_half(blk) * x.d[m * x.ldb + b]);
+      }
+      res[m * ld + r] = (acc0 ? res[m * ld + r] : 0.f) + acc;
+    }
+#endif
+}
+
 // ---- driver ------------------------------------------------------------------------------
 template <int MR>
 constexpr int weight_rows_per_tile() {
@@ -557,6 +622,8 @@ void int8_rows(const uint8_t* w, const uqr_gemm_params& p, const QView& x, int64
       if constexpr (KQuant) q4_k_tile<MR, R>(wk + n * p.row_bytes, p.row_bytes, nblocks, xc, out, ld, k0 > 0);
       else if constexpr (FMT == UQR_MLX4)
         mlx4_tile<MR, R>(wk + n * p.row_bytes, p.row_bytes, nblocks, p.group_size, xc, out, ld, k0 > 0);
+      else if constexpr (FMT == UQR_TERNARY)
+        ternary_tile<MR, R>(wk + n * p.row_bytes, p.row_bytes, nblocks, xc, out, ld, k0 > 0);
       else q4_0_tile<MR, R>(wk + n * p.row_bytes, p.row_bytes, nblocks, xc, out, ld, k0 > 0);
     };
     int64_t n = n0;
@@ -568,11 +635,12 @@ void int8_rows(const uint8_t* w, const uqr_gemm_params& p, const QView& x, int64
 }  // namespace
 
 void gemm_int8(const uint8_t* w, const uqr_gemm_params& p, const float* X, int64_t R, const OutputWriter& out) {
-  const bool kquant = p.fmt == UQR_Q4_K, mlx4 = p.fmt == UQR_MLX4;
+  const bool kquant = p.fmt == UQR_Q4_K, mlx4 = p.fmt == UQR_MLX4, ternary = p.fmt == UQR_TERNARY;
   QRows xq = quantize_rows(X, R, p.K, kquant ? UQR_Q4_K_BLOCK : mlx4 ? p.group_size : kQBlock);
 #if UQR_CPU_VNNI
   if (kquant) interleave_q4_k(xq, R);
   else if (mlx4) pack_mlx4(xq, R, p.group_size);
+  else if (ternary) permute_ternary(xq, R);
   else quad_up_q4_0(xq, R);
 #endif
   fused_driver(p, R, out, [&](int rows, int64_t r0, int64_t n0, int64_t n1, float* res, int64_t ld) {
@@ -583,6 +651,7 @@ void gemm_int8(const uint8_t* w, const uqr_gemm_params& p, const float* X, int64
       constexpr int MR = decltype(mr)::value;
       if (kquant) int8_rows<MR, UQR_Q4_K>(w, p, x, n0, n1, res, ld);
       else if (mlx4) int8_rows<MR, UQR_MLX4>(w, p, x, n0, n1, res, ld);
+      else if (ternary) int8_rows<MR, UQR_TERNARY>(w, p, x, n0, n1, res, ld);
       else int8_rows<MR, UQR_Q4_0>(w, p, x, n0, n1, res, ld);
     });
   });

@@ -45,6 +45,17 @@ __device__ __forceinline__ void pdl_allow_dependents() {
 #endif
 }
 
+// A global load of data the previous kernel may have written (x, a pre-pass's codes), for kernels
+// that pdl_wait(). Not __ldg: ld.global.nc declares the data read-only for the kernel's whole life,
+// so ptxas may schedule it above griddepcontrol.wait - it did for the ternary int8 kernel, which then
+// read the previous call's x whenever the pre-pass was still running (v51: 21 of 80 calls wrong
+// under a second process's load, none with UQR_PDL=0). ld.global.ca caches in L1 as .nc does.
+// tests/test_cuda_build.py checks that no kernel with the wait keeps an ld.global.nc.
+template <class V>
+__device__ __forceinline__ V ld_after_wait(const V* p) {
+  return __ldca(p);
+}
+
 // Whether launch_ex() launches as a programmatic dependent: an sm_90 device, and UQR_PDL not set
 // to 0 (A/B runs).
 inline bool pdl_enabled() {

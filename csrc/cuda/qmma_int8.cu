@@ -92,7 +92,8 @@ __global__ void __launch_bounds__(256) quantize_x_kernel(const uqr_gemm_params p
   const int r = static_cast<int>(t / per_row), e = static_cast<int>(t - static_cast<int64_t>(r) * per_row);
   const int b = r / p.M, m = r - b * p.M;
   const T* src = x + uqr_x_row_offset(p, b, m) + x_stage_offset(p, 8 * e);
-  const uint2 raw0 = *reinterpret_cast<const uint2*>(src), raw1 = *reinterpret_cast<const uint2*>(src + 4);
+  const uint2 raw0 = ld_after_wait(reinterpret_cast<const uint2*>(src));
+  const uint2 raw1 = ld_after_wait(reinterpret_cast<const uint2*>(src + 4));
   const uint32_t words[4] = {raw0.x, raw0.y, raw1.x, raw1.y};
   float v[8];
   float amax = 0.f;
@@ -119,9 +120,21 @@ __global__ void __launch_bounds__(256) quantize_x_kernel(const uqr_gemm_params p
 #pragma unroll
   for (int o = 1; o < sum_lanes<FMT>(); o <<= 1) sum += __shfl_xor_sync(0xFFFFFFFFu, sum, o);
   int2* meta = xm + static_cast<int64_t>(r) * (p.K / kQBlock) + e / 4;
-  const int2 mv = make_int2(__float_as_int(d), FMT == UQR_Q4_0 ? -8 * sum : sum);
+  const int2 mv = make_int2(__float_as_int(d), FMT == UQR_Q4_0 ? -8 * sum : FMT == UQR_TERNARY ? -sum : sum);
   int8_t* row_q = xq + static_cast<int64_t>(r) * p.K;
-  if constexpr (kCols && is_mlx4(FMT)) {
+  if constexpr (kCols && FMT == UQR_TERNARY) {
+    // Element i of a block: code class t = i & 3 (its 2 bits' place in a code byte), byte j = (i >> 2)
+    // & 3, word i >> 4; the lo piece holds classes 0 and 2, the hi piece 1 and 3 (ternary_cols_stage).
+    int8_t* blk = row_q + 32 * (e / 4);
+#pragma unroll
+    for (int k = 0; k < 8; ++k) {
+      const int i = 8 * (e & 3) + k, t = i & 3;
+      blk[16 * (t & 1) + 8 * (t >> 1) + 4 * (i >> 4) + ((i >> 2) & 3)] =
+          static_cast<int8_t>(packed[k / 4] >> (8 * (k & 3)));
+    }
+    if ((e & 3) == 0) *meta = mv;
+    return;
+  } else if constexpr (kCols && is_mlx4(FMT)) {
     constexpr int G = mlx4_group(FMT);
     const int in_g = e % (G / 8);  // this thread's 8 elements within its group
     int8_t* grp = row_q + 8 * (e - in_g);
@@ -168,12 +181,12 @@ struct XLanes {
 #pragma unroll
     for (int t = 0; t < NT; ++t) frag[t] += elems, meta0[t] += elems / kQBlock, meta1[t] += elems / kQBlock;
   }
-  // Loads through the read-only path from global memory; plain loads from a ring slot (ld.global.nc
-  // on a shared address faults).
+  // Global loads from global memory (ld_after_wait); plain loads from a ring slot (a global-space
+  // load of a shared address faults).
   template <class V>
   __device__ static V load(const V* p) {
     if constexpr (kShared) return *p;
-    else return __ldg(p);
+    else return ld_after_wait(p);
   }
   __device__ uint2 codes(int t, int j) const { return load(reinterpret_cast<const uint2*>(frag[t] + kQBlock * j)); }
   __device__ int2 m0(int t, int j) const { return load(meta0[t] + j); }
@@ -193,8 +206,8 @@ struct XPipe {
   uint2 c[kBlocks];
   int2 m[kBlocks];
   __device__ void load(int j) {
-    c[j] = __ldg(reinterpret_cast<const uint2*>(frag + kQBlock * j));
-    m[j] = __ldg(meta + j);
+    c[j] = ld_after_wait(reinterpret_cast<const uint2*>(frag + kQBlock * j));
+    m[j] = ld_after_wait(meta + j);
   }
   // Stage 0 into the registers; the pointers then at stage 1 (stage 0 again when there is none: a
   // harmless valid reload).
@@ -353,10 +366,10 @@ struct ColsX {
   int4 m;
   // Piece i of the lanes feeding the low (lo_side) / high (hi_side) columns.
   __device__ void load(int i, bool lo_side = true, bool hi_side = true) {
-    if (lo_side && lo_lane) lo[i] = __ldg(reinterpret_cast<const uint4*>(frag + i * step));
-    if (hi_side && hi_lane) hi[i] = __ldg(reinterpret_cast<const uint4*>(frag + i * step));
+    if (lo_side && lo_lane) lo[i] = ld_after_wait(reinterpret_cast<const uint4*>(frag + i * step));
+    if (hi_side && hi_lane) hi[i] = ld_after_wait(reinterpret_cast<const uint4*>(frag + i * step));
   }
-  __device__ void load_meta() { m = __ldg(meta); }
+  __device__ void load_meta() { m = ld_after_wait(meta); }
   __device__ void start(const int8_t* f, const int4* mt, int st, int g, int c, bool more) {
     frag = f, meta = mt, step = st;
     lo_lane = g == 2 * c, hi_lane = g == 2 * c + 1;
@@ -508,6 +521,40 @@ __device__ __forceinline__ void mlx4_cols_stage(const unsigned char* buf, int sb
   }
 }
 
+// ternary, one row: rounds as q4_0's (lane c takes block 2c + r: d, padding, two code words). A code
+// byte holds 4 elements, 2 bits each; the byte masked to one of the 4 places (code x 4^t, t = the
+// place) is an MMA operand of its own, so the 4 classes go to 4 columns - lo and hi of two
+// accumulators - and are divided back exactly afterwards. The -1 of t = code - 1 is C's -sum(x).
+__device__ __forceinline__ void ternary_cols_stage(const unsigned char* buf, int sb, int g, int c, ColsX& x,
+                                                   float (&acc)[4]) {
+  const int4 m = x.m;
+  x.load_meta();
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    uint4 q[2][1];
+    float dw[2];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const uint8_t* blk = buf + (g + 8 * h) * sb + 12 * (2 * c + r);
+      dw[h] = half_at(blk);
+      q[h][0] = make_uint4(u32_at4(blk + 4), u32_at4(blk + 8), 0u, 0u);
+    }
+    const int zp = r ? m.w : m.y;
+    int d1[4] = {zp, 0, zp, 0}, d2[4] = {0, 0, 0, 0};
+    cols_mma(d1, q[0], q[1], 0, 0x03030303u, x.lo, 4 * r);
+    cols_mma(d1, q[0], q[1], 0, 0x0C0C0C0Cu, x.hi, 4 * r);
+    cols_mma(d2, q[0], q[1], 0, 0x30303030u, x.lo, 4 * r + 2);
+    cols_mma(d2, q[0], q[1], 0, 0xC0C0C0C0u, x.hi, 4 * r + 2);
+    x.load(r);
+    const float dx = __int_as_float(r ? m.z : m.x);
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int dot = d1[2 * h] + (d1[2 * h + 1] >> 2) + (d2[2 * h] >> 4) + (d2[2 * h + 1] >> 6);
+      acc[2 * h] = fmaf(static_cast<float>(dot), dw[h] * dx, acc[2 * h]);
+    }
+  }
+}
+
 // One activation row stages its x through the weight ring (codes and meta of the stage behind its
 // weights, 320 bytes): x operands are then shared-memory loads, which pays where few warps hide the
 // L2 latency of global loads (N = 4096: 256 CTAs). v36, same build (UQR_INT8_XRING), 1 row, staged
@@ -614,6 +661,7 @@ __device__ __forceinline__ void int8_gemm(const Int8Args& a) {
     if constexpr (kCols) {
       if constexpr (FMT == UQR_Q4_0) q4_0_cols_stage(buf, Ring::kStageBytes, g, c, xs, acc[0]);
       else if constexpr (FMT == UQR_Q4_K) q4_k_cols_stage(buf, Ring::kStageBytes, g, c, xs, acc[0]);
+      else if constexpr (FMT == UQR_TERNARY) ternary_cols_stage(buf, Ring::kStageBytes, g, c, xs, acc[0]);
       else mlx4_cols_stage<mlx4_group(FMT)>(buf, Ring::kStageBytes, g, c, xs, acc[0]);
     } else if constexpr (FMT == UQR_Q4_0) {
       q4_0_stage<NT, kOneRow>(buf, Ring::kStageBytes, g, c, xs, acc);
@@ -729,15 +777,16 @@ inline bool block_cols() {
 template <int FMT, typename T>
 cudaError_t run(const Int8Args& a, const T* x, int8_t* xq, int2* xm, cudaStream_t stream) {
   const int64_t threads = static_cast<int64_t>(a.rows) * (a.p.K / 8);
-  const bool cols = a.rows == 1 && (is_mlx4(FMT) || block_cols());
+  constexpr bool kColsOnly = is_mlx4(FMT) || FMT == UQR_TERNARY;  // no other int8 kernel for these
+  const bool cols = a.rows == 1 && (kColsOnly || block_cols());
   const auto quantize = cols ? quantize_x_kernel<T, FMT, true> : quantize_x_kernel<T, FMT, false>;
   if (const cudaError_t e = launch_ex(quantize, dim3(static_cast<unsigned>((threads + 255) / 256)), dim3(256), 0,
                                      stream, a.p, x, a.rows, xq, xm);
       e != cudaSuccess)
     return e;
   if (cols) return launch_tiles<FMT, T, 1, true, false, false, true>(a, stream);
-  if constexpr (is_mlx4(FMT)) {
-    return cudaErrorInvalidValue;  // int8_unsupported: mlx4 runs one row, in block columns
+  if constexpr (kColsOnly) {
+    return cudaErrorInvalidValue;  // int8_unsupported: one row only, in block columns
   } else {
     if (a.rows == 1)
       return stage_x(a.p.N) ? launch_tiles<FMT, T, 1, true, true>(a, stream)
@@ -751,11 +800,12 @@ cudaError_t run(const Int8Args& a, const T* x, int8_t* xq, int2* xm, cudaStream_
 
 const char* int8_unsupported(const uqr_gemm_params& p, int rows, bool half_x, uintptr_t x_addr, uintptr_t w_addr,
                              int64_t w_row_stride) {
-  if (p.fmt != UQR_Q4_0 && p.fmt != UQR_Q4_K && p.fmt != UQR_MLX4)
-    return "int8 activations are implemented for q4_0, q4_k and mlx4";
+  if (p.fmt != UQR_Q4_0 && p.fmt != UQR_Q4_K && p.fmt != UQR_MLX4 && p.fmt != UQR_TERNARY)
+    return "int8 activations are implemented for q4_0, q4_k, mlx4 and ternary";
   if (rows < 1 || rows > kInt8MaxRows) return "batch * M must be 1..16";
   if (p.fmt == UQR_MLX4 && (rows != 1 || (p.group_size != 32 && p.group_size != 64)))
     return "int8 activations for mlx4 take one activation row and group size 32 or 64";
+  if (p.fmt == UQR_TERNARY && rows != 1) return "int8 activations for ternary take one activation row";
   return qmma_unsupported(p, rows, half_x, x_addr, w_addr, w_row_stride);
 }
 
@@ -772,6 +822,7 @@ cudaError_t qmma_int8(const void* x, int8_t* xq, int2* xm, const uint8_t* w, int
   };
   if (p.fmt == UQR_Q4_0) return go(std::integral_constant<int, UQR_Q4_0>{});
   if (p.fmt == UQR_Q4_K) return go(std::integral_constant<int, UQR_Q4_K>{});
+  if (p.fmt == UQR_TERNARY) return go(std::integral_constant<int, UQR_TERNARY>{});
   return p.group_size == 32 ? go(std::integral_constant<int, mlx4_key<32>()>{})
                             : go(std::integral_constant<int, mlx4_key<64>()>{});
 }

@@ -121,10 +121,11 @@ __global__ void __launch_bounds__(kMaxWarpsK * 32) __maxnreg__((max_regs<F, NT>(
   // The four x words of one sub-block of one column tile at p, in the order xfrag pairs them.
   auto x_words = [](const T* xs, uint32_t (&w)[4]) {
     if constexpr (F::kWideX) {
-      const uint4 v = __ldg(reinterpret_cast<const uint4*>(xs));
+      const uint4 v = ld_after_wait(reinterpret_cast<const uint4*>(xs));
       w[0] = v.x, w[1] = v.z, w[2] = v.y, w[3] = v.w;
     } else {
-      const uint2 v0 = __ldg(reinterpret_cast<const uint2*>(xs)), v1 = __ldg(reinterpret_cast<const uint2*>(xs + 16));
+      const uint2 v0 = ld_after_wait(reinterpret_cast<const uint2*>(xs));
+      const uint2 v1 = ld_after_wait(reinterpret_cast<const uint2*>(xs + 16));
       w[0] = v0.x, w[1] = v0.y, w[2] = v1.x, w[3] = v1.y;
     }
   };
