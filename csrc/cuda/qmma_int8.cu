@@ -132,30 +132,25 @@ __global__ void __launch_bounds__(256) quantize_x_kernel(const uqr_gemm_params p
       blk[16 * (t & 1) + 8 * (t >> 1) + 4 * (i >> 4) + ((i >> 2) & 3)] =
           static_cast<int8_t>(packed[k / 4] >> (8 * (k & 3)));
     }
-    if ((e & 3) == 0) *meta = mv;
-    return;
   } else if constexpr (kCols && is_mlx4(FMT)) {
     constexpr int G = mlx4_group(FMT);
     const int in_g = e % (G / 8);  // this thread's 8 elements within its group
     int8_t* grp = row_q + 8 * (e - in_g);
     *reinterpret_cast<uint32_t*>(grp + 4 * in_g) = __byte_perm(packed[0], packed[1], 0x6420);
     *reinterpret_cast<uint32_t*>(grp + G / 2 + 4 * in_g) = __byte_perm(packed[0], packed[1], 0x7531);
-    if ((e & 3) == 0) *meta = mv;
-    return;
   } else if constexpr (kCols) {
     *reinterpret_cast<uint2*>(row_q + 8 * e) = make_uint2(packed[0], packed[1]);
-    if ((e & 3) == 0) *meta = mv;
-    return;
+  } else {
+    // Lane order: slot c of a 32-element block gets elements 4c..4c+3 (this block's thread c / 2,
+    // its low or high word by c's parity) and 16+4c..16+4c+3 (thread 2 + c / 2).
+    const int c = e & 3, quad = static_cast<int>(threadIdx.x & 31) & ~3;
+    const uint32_t lo_a = __shfl_sync(0xFFFFFFFFu, packed[0], quad + (c >> 1));
+    const uint32_t hi_a = __shfl_sync(0xFFFFFFFFu, packed[1], quad + (c >> 1));
+    const uint32_t lo_b = __shfl_sync(0xFFFFFFFFu, packed[0], quad + 2 + (c >> 1));
+    const uint32_t hi_b = __shfl_sync(0xFFFFFFFFu, packed[1], quad + 2 + (c >> 1));
+    *reinterpret_cast<uint2*>(row_q + 8 * e) = make_uint2((c & 1) ? hi_a : lo_a, (c & 1) ? hi_b : lo_b);
   }
-  // Lane order: slot c of a 32-element block gets elements 4c..4c+3 (this block's thread c / 2,
-  // its low or high word by c's parity) and 16+4c..16+4c+3 (thread 2 + c / 2).
-  const int c = e & 3, quad = static_cast<int>(threadIdx.x & 31) & ~3;
-  const uint32_t lo_a = __shfl_sync(0xFFFFFFFFu, packed[0], quad + (c >> 1));
-  const uint32_t hi_a = __shfl_sync(0xFFFFFFFFu, packed[1], quad + (c >> 1));
-  const uint32_t lo_b = __shfl_sync(0xFFFFFFFFu, packed[0], quad + 2 + (c >> 1));
-  const uint32_t hi_b = __shfl_sync(0xFFFFFFFFu, packed[1], quad + 2 + (c >> 1));
-  *reinterpret_cast<uint2*>(row_q + 8 * e) = make_uint2((c & 1) ? hi_a : lo_a, (c & 1) ? hi_b : lo_b);
-  if (c == 0) *meta = mv;
+  if ((e & 3) == 0) *meta = mv;  // a block's first thread stores its meta
 }
 
 // D = A B + C, m16n8k32, A unsigned bytes (the weights' codes), B signed bytes (x), s32.
