@@ -129,36 +129,58 @@ UQR_FN void uqr_decode8_mlx4(const UQR_GLOBAL uqr_u8* blk, int chunk, UQR_THREAD
 // A chunk's 8 codes fill exactly B_j whole bytes starting on a byte boundary (sub-blocks start at
 // multiples of 32 bits, chunks 8 B_j bits apart), so they are gathered once into one integer and
 // split with shifts, with no per-code test for a straddled byte (SASS of csrc/cuda/dequant.cu: 42
-// -> 17 instructions per weight).
-UQR_FN void uqr_decode8_var_affine(const UQR_GLOBAL uqr_u8* blk, int chunk, UQR_THREAD float* out) {
-  float d = uqr_load_half(blk), bias = uqr_load_half(blk + 2);
+// -> 17 instructions per weight). uqr_var_affine_bits8 returns that integer (code i at bits
+// [i B_j, (i+1) B_j)) and B_j, for the float decoder and the integer reader alike.
+UQR_FN uqr_u64 uqr_var_affine_bits8(const UQR_GLOBAL uqr_u8* blk, int chunk, UQR_THREAD uqr_u32& b) {
   int j = chunk >> 2;
   const UQR_GLOBAL uqr_u8* modes = blk + UQR_VAR_AFFINE_MODES;
   uqr_u32 start = 0;  // bytes of the codes of sub-blocks 0..j-1: 32 codes x B bits = 4 B bytes
   for (int t = 0; t < 7; ++t)  // fixed trip count: unrolled, predicated, no loop on the GPU
     if (t < j) start += 4u * (uqr_u32)(modes[t] & 7);
-  uqr_u32 b = modes[j] & 7;
-  float scale = d * (float)blk[UQR_VAR_AFFINE_SCALES + j];
-  float shift = bias * (float)blk[UQR_VAR_AFFINE_BIASES + j];
+  b = modes[j] & 7;
   const UQR_GLOBAL uqr_u8* qs = blk + UQR_VAR_AFFINE_QS + start + (uqr_u32)(chunk & 3) * b;
   uqr_u64 bits = 0;
   for (uqr_u32 k = 0; k < 5; ++k)  // B_j <= 5 bytes; none past them (the last chunk ends the block)
     if (k < b) bits |= (uqr_u64)qs[k] << (8 * k);
+  return bits;
+}
+
+UQR_FN void uqr_decode8_var_affine(const UQR_GLOBAL uqr_u8* blk, int chunk, UQR_THREAD float* out) {
+  float d = uqr_load_half(blk), bias = uqr_load_half(blk + 2);
+  int j = chunk >> 2;
+  uqr_u32 b;
+  uqr_u64 bits = uqr_var_affine_bits8(blk, chunk, b);
+  float scale = d * (float)blk[UQR_VAR_AFFINE_SCALES + j];
+  float shift = bias * (float)blk[UQR_VAR_AFFINE_BIASES + j];
   uqr_u32 mask = (1u << b) - 1u;
   for (int i = 0; i < 8; ++i) out[i] = scale * (float)((uqr_u32)(bits >> ((uqr_u32)i * b)) & mask) + shift;
 }
 
+// The chunk's 8 codes q as integers, for kernels that multiply them in integer arithmetic (the
+// CPU's path int8), through the decoder's own bit reader.
+UQR_FN void uqr_codes8_var_affine(const UQR_GLOBAL uqr_u8* blk, int chunk, UQR_THREAD uqr_u8* codes) {
+  uqr_u32 b;
+  uqr_u64 bits = uqr_var_affine_bits8(blk, chunk, b);
+  uqr_u32 mask = (1u << b) - 1u;
+  for (int i = 0; i < 8; ++i) codes[i] = (uqr_u8)((uqr_u32)(bits >> ((uqr_u32)i * b)) & mask);
+}
+
 // exl3: y_i = d (s_j P[k_i] + r_j R[k_i]) + bias with 3-bit k_i at bit 3i; P = codebook[0..7],
 // R = codebook[8..15] (int8). The bracket is an exact integer, so only d* and +bias round (each on
-// its own: uqr_mul_rn keeps nvcc from fusing them).
+// its own: uqr_mul_rn keeps nvcc from fusing them). uqr_exl3_bits8: a chunk's 8 indices as one
+// integer (k_i at bit 3i), shared with the integer kernels (CPU path int8).
+UQR_FN uqr_u32 uqr_exl3_bits8(const UQR_GLOBAL uqr_u8* blk, int chunk) {
+  const UQR_GLOBAL uqr_u8* qs = blk + UQR_EXL3_QS;
+  // 8 elements x 3 bits = 24 bits = 3 whole bytes, so a chunk starts on a byte boundary.
+  return (uqr_u32)qs[3 * chunk] | ((uqr_u32)qs[3 * chunk + 1] << 8) | ((uqr_u32)qs[3 * chunk + 2] << 16);
+}
+
 UQR_FN void uqr_decode8_exl3(const UQR_GLOBAL uqr_u8* blk, int chunk, UQR_THREAD float* out) {
   float d = uqr_load_half(blk), bias = uqr_load_half(blk + 2);
   int j = chunk >> 2;
   int s = blk[UQR_EXL3_SCALES + j], r = blk[UQR_EXL3_RESIDUALS + j];
   const UQR_GLOBAL uqr_u8* cb = blk + UQR_EXL3_CODEBOOK;
-  const UQR_GLOBAL uqr_u8* qs = blk + UQR_EXL3_QS;
-  // 8 elements x 3 bits = 24 bits = 3 whole bytes, so a chunk starts on a byte boundary.
-  uqr_u32 bits = (uqr_u32)qs[3 * chunk] | ((uqr_u32)qs[3 * chunk + 1] << 8) | ((uqr_u32)qs[3 * chunk + 2] << 16);
+  uqr_u32 bits = uqr_exl3_bits8(blk, chunk);
   for (int i = 0; i < 8; ++i) {
     int k = (int)((bits >> (3 * i)) & 7u);
     int p = (int)(uqr_i8)cb[k], q = (int)(uqr_i8)cb[8 + k];  // signed loads
