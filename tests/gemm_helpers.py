@@ -68,12 +68,14 @@ def assert_close(y: torch.Tensor, ref: torch.Tensor, dtype: torch.dtype, what: s
     assert err < TOL[dtype], f"{what}: rel error {err:.3g} >= {TOL[dtype]:g} (seed={SEED})"
 
 
-# Path "int8": elements per x scale, q4_0 one per 32-element block, q4_k one per 256-element
-# super-block (its eight sub-block dots are scaled in integers, as llama.cpp's q8_K).
+# Path "int8": elements per x scale, q4_0 one per 32-element block, q4_k, var_affine and exl3 one
+# per 256-element block (its eight sub-block dots are scaled in integers, as llama.cpp's q8_K).
 def int8_x_span(fmt: str, group_size: int | None = None) -> int:
-    """Elements per x scale of path "int8": 32 for q4_0 and ternary, a super-block for q4_k, a group
-    for mlx4."""
-    return int(group_size or 64) if fmt == "mlx4" else {"q4_0": 32, "q4_k": 256, "ternary": 32}[fmt]
+    """Elements per x scale of path "int8": 32 for q4_0 and ternary, a 256-element block for q4_k,
+    var_affine and exl3, a group for mlx4."""
+    if fmt == "mlx4":
+        return int(group_size or 64)
+    return {"q4_0": 32, "q4_k": 256, "ternary": 32, "var_affine": 256, "exl3": 256}[fmt]
 
 
 def rows_of(x: torch.Tensor, in_heads: bool) -> torch.Tensor:

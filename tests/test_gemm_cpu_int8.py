@@ -1,5 +1,5 @@
 """Path "int8" on CPU: x rounded to int8 (one fp32 scale per 32 elements for q4_0 and ternary, per
-256 for q4_k, per group for mlx4), integer dot products.
+256 for q4_k, var_affine and exl3, per group for mlx4), integer dot products.
 
 Two references: the float64 product of the SAME int8-rounded x (done here in torch, the rule of
 docs/operator.md: scale = amax / 127, codes = round-half-even(x / scale), all-zero span -> 0),
@@ -9,6 +9,7 @@ step of each x element times |w|, summed: int8_rounding_bound). Outputs are NaN-
 """
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 
@@ -17,7 +18,8 @@ from gemm_helpers import SEED, assert_close, int8_reference, int8_x_span, randn,
 
 N_ODD = 70  # crosses the 4-row tiles and the 64-row work units
 K = 512     # two q4_k super-blocks, sixteen q4_0 blocks
-FORMATS = [("q4_0", None), ("q4_k", None), ("mlx4", 32), ("mlx4", 64), ("mlx4", 128), ("ternary", None)]
+FORMATS = [("q4_0", None), ("q4_k", None), ("mlx4", 32), ("mlx4", 64), ("mlx4", 128), ("ternary", None),
+           ("var_affine", None), ("exl3", None)]
 FMT_IDS = [f if g is None else f"{f}-g{g}" for f, g in FORMATS]
 DTYPES = [torch.float32, torch.float16, torch.bfloat16]
 # Against the same-rounded x: fp32 accumulation only, or the rounding of y to fp16/bf16.
@@ -101,9 +103,11 @@ def test_int8_auto_is_unchanged():
 
 def test_int8_errors():
     qt8, _ = weights("q8_0", None, 48, 256)
-    with pytest.raises(ValueError, match="path='int8' .*supports fmt 'q4_0', 'q4_k', 'mlx4', 'ternary', not 'q8_0'"):
+    with pytest.raises(ValueError, match="path='int8' .*supports fmt 'q4_0', 'q4_k', 'mlx4', 'ternary', 'var_affine', "
+                                         "'exl3', not 'q8_0'"):
         uqr.gemm(randn(2, 256), qt8, path="int8")
-    with pytest.raises(RuntimeError, match="path='int8' .*supports fmt 'q4_0', 'q4_k', 'mlx4' and 'ternary', not 'q8_0'"):
+    with pytest.raises(RuntimeError, match="path='int8' .*supports fmt 'q4_0', 'q4_k', 'mlx4', 'ternary', 'var_affine' "
+                                           "and 'exl3', not 'q8_0'"):
         torch.ops.uqr.gemm(randn(2, 256), qt8.data, "q8_0", 48, 256, 0, 0, False, "int8")
     q4, _ = weights("q4_0", None, 48, 256)
     with pytest.raises(ValueError, match="path='int8' exists only for CPU and CUDA tensors.*metal-emu"):
@@ -165,3 +169,86 @@ def test_int8_q4_k_every_row_count(K_k, N):
     for M in range(1, 10):
         x = randn(2, M, K_k)
         check(uqr.gemm(x, qt, path="int8"), x, W, torch.float32, f"q4_k N={N} K={K_k} M={M}", fmt="q4_k")
+
+
+BLOCK_FORMATS = ["var_affine", "exl3"]  # 256-element blocks of d * (integer) + bias * (integer)
+
+
+@pytest.mark.parametrize("fmt", BLOCK_FORMATS)
+@pytest.mark.parametrize("K_b", [256, 2304])
+@pytest.mark.parametrize("N", [9, 67])
+def test_int8_block_formats_row_counts(fmt, K_b, N):
+    # M = 1 (4-row tiles), 7 and 33 (8-row groups and a single-row rest), N with whole tiles and a
+    # rest, one block and nine (several L1-sized K passes at 8 rows, the last one short).
+    qt, W = weights(fmt, None, N, K_b)
+    for M in (1, 2, 7, 33):
+        x = randn(M, K_b)
+        check(uqr.gemm(x, qt, path="int8"), x, W, torch.float32, f"{fmt} N={N} K={K_b} M={M}", fmt=fmt)
+
+
+@pytest.mark.parametrize("fmt", BLOCK_FORMATS)
+def test_int8_block_formats_round_x(fmt):
+    # Path int8 really rounds x: y sits on the product of the int8-rounded x (to fp32 sums) and
+    # clearly off the exact product, by about what the rounding moves it.
+    qt, W = weights(fmt, None, N_ODD, K)
+    x = randn(7, K)
+    y = uqr.gemm(x, qt, path="int8").double()
+    scale = reference(x, W).abs().max().item()
+    off_exact = (y - reference(x, W)).abs().max().item() / scale
+    off_same = (y - int8_reference(x, W, fmt)).abs().max().item() / scale
+    assert off_same < 1e-5 and off_exact > 1e-4 and off_exact > 100 * off_same, \
+        f"{fmt}: {off_same:.3g} from the int8-rounded product, {off_exact:.3g} from the exact one (seed={SEED})"
+    assert not torch.equal(uqr.gemm(x, qt, path="int8"), uqr.gemm(x, qt)), f"{fmt}: int8 equals the exact path"
+
+
+def _extreme_block(fmt):
+    """One block whose integer sums are the largest the format allows (against x codes of -127):
+    exl3 P = R = -128 with s_j = r_j = 255 (A = 2122383360, just under 2^31); var_affine five-bit
+    codes of 31 where the budget allows (depths 5 5 5 5 3 3 3 3) with s_j = b_j = 255."""
+    if fmt == "exl3":
+        b = np.zeros(144, np.uint8)
+        b[0:4] = np.frombuffer(np.float16([2.0 ** -10, 0.5]).tobytes(), np.uint8)
+        b[4:20] = 255
+        b[20:36] = 0x80  # codebook: int8 -128 everywhere
+        b[48:] = np.arange(96, dtype=np.uint8) * 37  # any indices pick -128
+        return b
+    b = np.zeros(160, np.uint8)
+    b[0:4] = np.frombuffer(np.float16([2.0 ** -10, -0.25]).tobytes(), np.uint8)
+    b[4:20] = 255
+    b[20:28] = [5, 5, 5, 5, 3, 3, 3, 3]
+    b[32:] = 0xFF  # 4 * 20 + 4 * 12 = 128 bytes of codes, all ones
+    return b
+
+
+@pytest.mark.parametrize("fmt", BLOCK_FORMATS)
+def test_int8_block_formats_extreme_sums(fmt):
+    # The int32 sums at their largest (no wrap-around: a wrapped sum would flip y's sign).
+    blk = _extreme_block(fmt)
+    nb = 3
+    qt = uqr.QTensor.from_bytes(np.tile(blk, (5, nb)), fmt, (5, 256 * nb))
+    W = uqr.dequantize(qt).double()
+    for M in (1, 3):
+        x = -torch.ones(M, 256 * nb)
+        x[:, 1::2] *= 0.999  # codes -127 and -126.873 -> -127: still the extreme, not exactly -1
+        y = uqr.gemm(x, qt, path="int8").double()
+        ref = int8_reference(x, W, fmt)
+        err = (y - ref).abs().max().item() / ref.abs().max().item()
+        assert err < 1e-6, f"{fmt} extreme M={M}: {err:.3g} (y {y[0, 0].item()}, ref {ref[0, 0].item()})"
+
+
+@pytest.mark.parametrize("fmt", BLOCK_FORMATS)
+def test_int8_block_formats_reject_invalid_blocks(fmt):
+    # The bytes are checked once, when the QTensor is built (the kernels trust them), so a corrupted
+    # block never reaches path int8, as it never reaches the others.
+    qt, W = weights(fmt, None, 4, 512)
+    x = randn(2, 512)
+    check(uqr.gemm(x, qt, path="int8"), x, W, torch.float32, f"{fmt} valid", fmt=fmt)
+    bad = qt.data.numpy().copy()
+    if fmt == "var_affine":
+        bad[2, 160 + 20 + 3] = 6  # row 2, block 1: a sub-block depth outside {3, 4, 5}
+        message = "bit depth outside"
+    else:
+        bad[2, 144 + 40] = 1      # row 2, block 1: non-zero _pad
+        message = "non-zero _pad"
+    with pytest.raises(ValueError, match=message):
+        uqr.QTensor.from_bytes(bad, fmt, (4, 512))

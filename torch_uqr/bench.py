@@ -12,7 +12,7 @@ column is the median time to read the packed bytes once (``torch.sum`` of the co
 int64, same rotation and thread count as the timed calls): how close a row is to memory speed
 (or LLC speed with ``--hot``). On CPU, formats with path "int8" (``ops.INT8_FORMATS``) get a
 second row at M <= ``INT8_MAX_M`` beside "auto": its error column is a few 1e-3 by design (x is rounded
-to int8 per 32 elements, q4_k per 256), not a kernel defect. ``--device cuda`` hands over to ``torch_uqr.bench_cuda``.
+to int8 per 32 elements, q4_k / var_affine / exl3 per 256, mlx4 per group), not a kernel defect. ``--device cuda`` hands over to ``torch_uqr.bench_cuda``.
 """
 from __future__ import annotations
 
@@ -267,8 +267,8 @@ def main(argv: Optional[list[str]] = None) -> int:
           f"LLC={llc_bytes() >> 20} MiB (weights {weights})")
     print(format_table(rows))
     if any(r.path == "int8" for r in rows):
-        print("path int8 rounds x to int8 (one scale per 32 elements, q4_k per 256, mlx4 per group): its max rel err "
-              "of a few 1e-3 is expected")
+        print("path int8 rounds x to int8 (one scale per 32 elements, q4_k / var_affine / exl3 per 256, "
+              "mlx4 per group): its max rel err of a few 1e-3 is expected")
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"device": str(device), "threads": torch.get_num_threads(), "hot": args.hot, "rows": [asdict(r) for r in rows]},

@@ -23,7 +23,7 @@ FORMATS = ("q4_0", "q4_1", "q8_0", "q4_k", "mlx4", "var_affine", "exl3", "ternar
 PATHS = ("auto", "mma", "vec", "int8")
 # Formats that path "int8" (int8 activations, integer dot products) handles, and the devices that
 # have it (the Metal shaders do not).
-INT8_FORMATS = ("q4_0", "q4_k", "mlx4", "ternary")
+INT8_FORMATS = ("q4_0", "q4_k", "mlx4", "ternary", "var_affine", "exl3")
 INT8_DEVICES = ("cpu", "cuda")
 ACTIVATION_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 BACKENDS = (None, "metal-emu")
@@ -80,10 +80,11 @@ def gemm(x: torch.Tensor, qt: Any, out_heads: Optional[int] = None, in_heads: bo
         out_heads: None/0 for ``y: [..., M, N]``; H to get ``y: [..., H, M, N/H]`` written directly.
         in_heads: read x as head-strided (see above).
         path: "auto" (default), "mma" (decode then matrix multiply), "vec" (ternary only:
-            add/subtract, no multiply per weight) or "int8" (q4_0 / q4_k / mlx4 / ternary only,
-            opt-in: x rounded to int8 with one fp32 scale per 32 elements, per 256 for q4_k, per
-            group for mlx4, then integer dot products - as llama.cpp's and BitNet's kernels do; a
-            few 1e-3 relative error from the activation rounding). On CPU int8 serves any M. On
+            add/subtract, no multiply per weight) or "int8" (q4_0 / q4_k / mlx4 / ternary /
+            var_affine / exl3 only, opt-in: x rounded to int8 with one fp32 scale per 32 elements
+            for q4_0 and ternary, per 256 (one block) for q4_k, var_affine and exl3, per group for
+            mlx4, then integer dot products - as llama.cpp's and BitNet's kernels do; a few 1e-3
+            relative error from the activation rounding). On CPU int8 serves any M. On
             CUDA it runs the int8 tensor-core kernel for bf16 / fp16 x of up to 16 activation rows
             (batch * M; mlx4 with g = 32 or 64, and ternary: one row); every other CUDA call (more
             rows, fp32 x, a shape or alignment that kernel does not take, an extension built

@@ -95,8 +95,10 @@ GemmPlan plan_gemm(const at::Tensor& x_in, const at::Tensor& w, c10::string_view
   UQR_CHECK(gp != GemmPath::kVec || fmt == UQR_TERNARY,
             "uqr::gemm: path='vec' (add/subtract) exists only for fmt='ternary', not '",
             std::string(fmt_name), "'");
-  UQR_CHECK(gp != GemmPath::kInt8 || fmt == UQR_Q4_0 || fmt == UQR_Q4_K || fmt == UQR_MLX4 || fmt == UQR_TERNARY,
-            "uqr::gemm: path='int8' (int8 activations) supports fmt 'q4_0', 'q4_k', 'mlx4' and 'ternary', not '",
+  UQR_CHECK(gp != GemmPath::kInt8 || fmt == UQR_Q4_0 || fmt == UQR_Q4_K || fmt == UQR_MLX4 || fmt == UQR_TERNARY ||
+                fmt == UQR_VAR_AFFINE || fmt == UQR_EXL3,
+            "uqr::gemm: path='int8' (int8 activations) supports fmt 'q4_0', 'q4_k', 'mlx4', 'ternary', 'var_affine' "
+            "and 'exl3', not '",
             std::string(fmt_name), "'");
 
   const int64_t rank = x_in.dim();

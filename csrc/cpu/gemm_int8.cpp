@@ -1,6 +1,8 @@
-// Path "int8": activations quantized to int8 (one fp32 scale per 32 elements for q4_0, per 256 for
-// q4_k, per group for mlx4), weights' 4-bit (ternary: 2-bit) codes multiplied in with integer dot
-// products (u8 x s8 -> int32, AVX-512 VNNI's vpdpbusd).
+// Path "int8": activations quantized to int8 (one fp32 scale per 32 elements for q4_0 and ternary,
+// per 256 for q4_k, var_affine and exl3, per group for mlx4), the weights' integer codes (4-bit;
+// ternary 2-bit; var_affine 3-5 bit; exl3 the int8 codebook values its 3-bit indices pick)
+// multiplied in with integer dot products (u8 x s8 -> int32, AVX-512 VNNI's vpdpbusd, where a VNNI
+// form exists).
 //
 // Why: the fp32 fused kernel widens every nibble to a float lane (permutes and broadcasts on
 // port 5, ~9-12 cycles per 32-weight block measured); one vpdpbusd consumes 32 nibbles against
@@ -13,6 +15,9 @@
 //         sums over the 8 sub-blocks in integers
 //   mlx4: per group (one dx): dx (scale dot(q, x_s8) + bias sx)
 //   ternary: sum_j d (c_j - 1) x_j  ~  d dx (dot(c, x_s8) - sx)
+//   var_affine: per block (one dx): dx (d sum_j s_j dot_j(q, x_s8) + bias sum_j b_j sx_j)
+//   exl3: per block (one dx): dx (d sum_j (s_j dot_j(P[k], x_s8) + r_j dot_j(R[k], x_s8)) + bias sx),
+//         sx over the whole block
 #include <ATen/Parallel.h>
 
 #include <algorithm>
@@ -587,6 +592,83 @@ void ternary_tile(const uint8_t* w, int64_t row_bytes, int64_t nblocks, const QV
 #endif
 }
 
+// ---- var_affine and exl3 ----------------------------------------------------------------------
+// Both are 256-element blocks of w = d * (integer) + bias * (integer) with x one scale per block
+// (span 256), so a block and x row reduce to two int32 sums A, B and one float step:
+//   y += dx * fmaf(d, float(A), bias * float(B))      (acc = fmaf(dx, that, acc))
+// the CUDA int8 kernel's expression (csrc/cuda/qmma_int8.cu), so the two paths round alike.
+//   var_affine: A = sum_j s_j dot_j(q, x_s8), B = sum_j b_j sx_j. With q <= 31, s_j, b_j <= 255 and
+//     |x_s8| <= 128: |A| <= 8 * 255 * 32 * 31 * 128 < 2^28, |B| <= 8 * 255 * 32 * 128 < 2^23.
+//   exl3: A = sum_j (s_j dot_j(P[k], x_s8) + r_j dot_j(R[k], x_s8)), B = sum of the 256 x_s8. P, R
+//     and x_s8 in [-128, 127]: |A| <= 16 * 255 * 32 * 128 * 128 = 2139095040 < 2^31 - 1 (every
+//     partial sum too, each a subset of the terms), |B| <= 2^15.
+// Portable loops only (no VNNI form yet): a weight row's block is unpacked once into bytes through
+// formats.h's bit readers, then the tile's MR x rows take their dots from those bytes.
+struct VarAffineInts {
+  static constexpr int64_t kBytes = UQR_VAR_AFFINE_BYTES;
+  uint8_t q[UQR_VAR_AFFINE_BLOCK];
+  void unpack(const uint8_t* blk) {
+    for (int c = 0; c < UQR_VAR_AFFINE_BLOCK / 8; ++c) uqr_codes8_var_affine(blk, c, q + 8 * c);
+  }
+  void sums(const uint8_t* blk, const int8_t* xq, const int32_t* sx, int32_t& a, int32_t& b) const {
+    a = b = 0;
+    for (int j = 0; j < 8; ++j) {
+      int32_t dot = 0;
+      for (int i = 32 * j; i < 32 * j + 32; ++i) dot += q[i] * xq[i];
+      a += blk[UQR_VAR_AFFINE_SCALES + j] * dot;
+      b += blk[UQR_VAR_AFFINE_BIASES + j] * sx[j];
+    }
+  }
+};
+
+struct Exl3Ints {
+  static constexpr int64_t kBytes = UQR_EXL3_BYTES;
+  // P[k_i] + 128 and R[k_i] + 128: unsigned, so the dots are u8 x s8 as var_affine's (which GCC
+  // turns into vpdpbusd where VNNI is on); dot(P, x) = dot(P + 128, x) - 128 sx exactly.
+  uint8_t p[UQR_EXL3_BLOCK], r[UQR_EXL3_BLOCK];
+  void unpack(const uint8_t* blk) {
+    const uint8_t* cb = blk + UQR_EXL3_CODEBOOK;
+    for (int c = 0; c < UQR_EXL3_BLOCK / 8; ++c) {
+      const uint32_t bits = uqr_exl3_bits8(blk, c);
+      for (int i = 0; i < 8; ++i) {
+        const int k = static_cast<int>((bits >> (3 * i)) & 7u);
+        p[8 * c + i] = static_cast<uint8_t>(cb[k] ^ 0x80);  // int8 v -> v + 128
+        r[8 * c + i] = static_cast<uint8_t>(cb[8 + k] ^ 0x80);
+      }
+    }
+  }
+  void sums(const uint8_t* blk, const int8_t* xq, const int32_t* sx, int32_t& a, int32_t& b) const {
+    a = b = 0;
+    for (int j = 0; j < 8; ++j) {
+      int32_t dp = -128 * sx[j], dr = -128 * sx[j];
+      for (int i = 32 * j; i < 32 * j + 32; ++i) dp += p[i] * xq[i], dr += r[i] * xq[i];
+      a += blk[UQR_EXL3_SCALES + j] * dp + blk[UQR_EXL3_RESIDUALS + j] * dr;
+      b += sx[j];
+    }
+  }
+};
+
+template <int MR, int NR, class Ints>
+void affine_block_tile(const uint8_t* w, int64_t row_bytes, int64_t nblocks, const QView& x, float* res, int64_t ld,
+                       bool acc0) {
+  float acc[NR][MR] = {};
+  Ints wi;
+  for (int64_t b = 0; b < nblocks; ++b)
+    for (int r = 0; r < NR; ++r) {
+      const uint8_t* blk = w + r * row_bytes + b * Ints::kBytes;
+      wi.unpack(blk);
+      const float d = load_half(blk), bias = load_half(blk + 2);
+      for (int m = 0; m < MR; ++m) {
+        const int64_t xb = m * x.ldb + b * 8;  // the block's first of 8 x sub-blocks (one dx)
+        int32_t ia, ib;
+        wi.sums(blk, x.q + m * x.ldq + b * 256, x.s + xb, ia, ib);
+        acc[r][m] = std::fma(x.d[xb], std::fma(d, static_cast<float>(ia), bias * static_cast<float>(ib)), acc[r][m]);
+      }
+    }
+  for (int r = 0; r < NR; ++r)
+    for (int m = 0; m < MR; ++m) res[m * ld + r] = (acc0 ? res[m * ld + r] : 0.f) + acc[r][m];
+}
+
 // ---- driver ------------------------------------------------------------------------------
 template <int MR>
 constexpr int weight_rows_per_tile() {
@@ -595,7 +677,7 @@ constexpr int weight_rows_per_tile() {
 
 // K elements per pass so that MR quantized rows (~2.5 bytes per element with their per-block
 // terms) stay in L1 while the work unit's weight rows stream past; a multiple of 256, so a pass
-// holds whole q4_k super-blocks and whole q4_0 block quads.
+// holds whole 256-element blocks (q4_k, var_affine, exl3) and whole q4_0 block quads.
 template <int MR>
 int64_t int8_k_chunk(int64_t K) {
   const int64_t fit = kFusedXBytes / (3 * MR) / 256 * 256;
@@ -624,6 +706,10 @@ void int8_rows(const uint8_t* w, const uqr_gemm_params& p, const QView& x, int64
         mlx4_tile<MR, R>(wk + n * p.row_bytes, p.row_bytes, nblocks, p.group_size, xc, out, ld, k0 > 0);
       else if constexpr (FMT == UQR_TERNARY)
         ternary_tile<MR, R>(wk + n * p.row_bytes, p.row_bytes, nblocks, xc, out, ld, k0 > 0);
+      else if constexpr (FMT == UQR_VAR_AFFINE)
+        affine_block_tile<MR, R, VarAffineInts>(wk + n * p.row_bytes, p.row_bytes, nblocks, xc, out, ld, k0 > 0);
+      else if constexpr (FMT == UQR_EXL3)
+        affine_block_tile<MR, R, Exl3Ints>(wk + n * p.row_bytes, p.row_bytes, nblocks, xc, out, ld, k0 > 0);
       else q4_0_tile<MR, R>(wk + n * p.row_bytes, p.row_bytes, nblocks, xc, out, ld, k0 > 0);
     };
     int64_t n = n0;
@@ -636,12 +722,14 @@ void int8_rows(const uint8_t* w, const uqr_gemm_params& p, const QView& x, int64
 
 void gemm_int8(const uint8_t* w, const uqr_gemm_params& p, const float* X, int64_t R, const OutputWriter& out) {
   const bool kquant = p.fmt == UQR_Q4_K, mlx4 = p.fmt == UQR_MLX4, ternary = p.fmt == UQR_TERNARY;
-  QRows xq = quantize_rows(X, R, p.K, kquant ? UQR_Q4_K_BLOCK : mlx4 ? p.group_size : kQBlock);
+  const bool var_affine = p.fmt == UQR_VAR_AFFINE, exl3 = p.fmt == UQR_EXL3;
+  QRows xq = quantize_rows(X, R, p.K, kquant || var_affine || exl3 ? 256 : mlx4 ? p.group_size : kQBlock);
 #if UQR_CPU_VNNI
+  // (var_affine and exl3 have only the portable tile, which reads x in plain order.)
   if (kquant) interleave_q4_k(xq, R);
   else if (mlx4) pack_mlx4(xq, R, p.group_size);
   else if (ternary) permute_ternary(xq, R);
-  else quad_up_q4_0(xq, R);
+  else if (p.fmt == UQR_Q4_0) quad_up_q4_0(xq, R);
 #endif
   fused_driver(p, R, out, [&](int rows, int64_t r0, int64_t n0, int64_t n1, float* res, int64_t ld) {
     const QView x{xq.q.data() + r0 * xq.K, xq.d.data() + r0 * xq.nb, xq.s.data() + r0 * xq.nb,
@@ -652,6 +740,8 @@ void gemm_int8(const uint8_t* w, const uqr_gemm_params& p, const float* X, int64
       if (kquant) int8_rows<MR, UQR_Q4_K>(w, p, x, n0, n1, res, ld);
       else if (mlx4) int8_rows<MR, UQR_MLX4>(w, p, x, n0, n1, res, ld);
       else if (ternary) int8_rows<MR, UQR_TERNARY>(w, p, x, n0, n1, res, ld);
+      else if (var_affine) int8_rows<MR, UQR_VAR_AFFINE>(w, p, x, n0, n1, res, ld);
+      else if (exl3) int8_rows<MR, UQR_EXL3>(w, p, x, n0, n1, res, ld);
       else int8_rows<MR, UQR_Q4_0>(w, p, x, n0, n1, res, ld);
     });
   });
