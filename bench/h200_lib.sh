@@ -86,17 +86,19 @@ h200_build_and_test_all() {
 }
 
 # ncu of the int8 kernel's main pass (qmma_int8_kernel; $2: another kernel-name regex, $3 launches),
-# q4_0 and q4_k on 14336 x 4096 at one row: speed of light, memory workload, scheduler, warp states
-# and stall reasons, into $OUT/$1; the summary lines to stdout.
+# the formats in $INT8_NCU_FORMATS (default q4_0 q4_k) on 14336 x 4096 at one row: speed of light,
+# memory workload, scheduler, warp states and stall reasons, into $OUT/$1; the summary lines to stdout.
 h200_ncu_int8() {
+  INT8_NCU_FORMATS=${INT8_NCU_FORMATS:-q4_0 q4_k} \
   timeout 150 ncu --clock-control none --kernel-name regex:"${2:-qmma_int8_kernel}" --launch-count "${3:-2}" \
     --section SpeedOfLight --section MemoryWorkloadAnalysis --section SchedulerStats --section WarpStateStats \
     --section Occupancy --section LaunchStats \
     --metrics regex:smsp__average_warps_issue_stalled_.*_per_issue_active\\.ratio,dram__bytes_read.sum,smsp__inst_executed.sum \
     python3 - > "$OUT/$1" 2>&1 <<'PY'
+import os
 import torch
 from torch_uqr.triton_kernels.testing import random_packed
-for fmt in ("q4_0", "q4_k"):
+for fmt in os.environ["INT8_NCU_FORMATS"].split():
     w = random_packed(fmt, 14336, 4096, 0, seed=1, device="cuda")
     torch.ops.uqr._int8_cuda(torch.randn(1, 4096, device="cuda", dtype=torch.bfloat16), w, fmt, 14336, 4096, 0, 0, False)
 torch.cuda.synchronize()

@@ -55,7 +55,7 @@ for fmt in ("q4_0", "q4_k"):  # int8 kernel: pre-pass + dependent launch, 1 / 2 
         gemm_triton(torch.randn(rows, 1024, device="cuda", dtype=torch.bfloat16), w, fmt, 37, 1024, kernel="int8")
     gemm_triton(torch.randn(2, 2, 4, 512, device="cuda", dtype=torch.float16), w, fmt, 37, 1024,
                 out_heads=1, in_heads=True, kernel="int8")
-for fmt, g in (("mlx4", 32), ("mlx4", 64), ("ternary", 0)):  # int8 kernel: one row in block columns, heads
+for fmt, g in (("mlx4", 32), ("mlx4", 64), ("ternary", 0), ("var_affine", 0), ("exl3", 0)):  # int8: one row, block columns
     w = random_packed(fmt, 37, 1024, g, seed=7, device="cuda")
     gemm_triton(torch.randn(1, 1024, device="cuda", dtype=torch.bfloat16), w, fmt, 37, 1024, g, kernel="int8")
     gemm_triton(torch.randn(1, 2, 1, 512, device="cuda", dtype=torch.float16), w, fmt, 37, 1024, g,

@@ -16,7 +16,8 @@ from torch_uqr.bench_cuda import _errors, _n_sets, _time_calls
 from torch_uqr.triton_kernels.formats_meta import block_geometry
 from torch_uqr.triton_kernels.testing import random_packed, reference_dequantize
 
-SPAN = {"q4_0": 32, "q4_k": 256, "mlx4": 64, "ternary": 32}  # mlx4 timed at g = 64, its x scale per group
+SPAN = {"q4_0": 32, "q4_k": 256, "mlx4": 64, "ternary": 32, "var_affine": 256, "exl3": 256}  # mlx4 at g = 64
+ONE_ROW = ("mlx4", "ternary", "var_affine", "exl3")  # their int8 kernel takes one row
 
 
 def int8_rounded(x: torch.Tensor, span: int) -> torch.Tensor:
@@ -35,6 +36,8 @@ def main() -> None:
     ap.add_argument("--formats", default="q4_0,q4_k,mlx4,ternary")
     ap.add_argument("--reps", type=int, default=20)
     ap.add_argument("--json")
+    ap.add_argument("--cublas", action="store_true", help="also time cuBLAS bf16 on dense weights (rotated)")
+    ap.add_argument("--no-exact", action="store_true", help="time the int8 kernel only")
     args = ap.parse_args()
     l2 = torch.cuda.get_device_properties(0).L2_cache_size
     Ms = [int(m) for m in args.M.split(",")]
@@ -42,6 +45,14 @@ def main() -> None:
     for shape in args.shapes.split(","):
         N, K = (int(v) for v in shape.split("x"))
         X = [torch.randn(max(Ms), K, device="cuda", dtype=torch.bfloat16) for _ in range(8)]
+        if args.cublas:
+            n_dense = _n_sets(N * K * 2, l2)
+            Wd = [torch.randn(N, K, device="cuda", dtype=torch.bfloat16) for _ in range(n_dense)]
+            for M in Ms:
+                ms = _time_calls([lambda j=j, M=M: X[j % 8][:M] @ Wd[j].t() for j in range(n_dense)], args.reps)
+                rows.append({"N": N, "K": K, "M": M, "fmt": "dense", "kernel": "cublas", "ms": ms})
+                print(f"{N}x{K} M={M:3d} cuBLAS bf16 {ms * 1e3:7.1f} us", flush=True)
+            del Wd
         for fmt in args.formats.split(","):
             g = 64 if fmt == "mlx4" else 0
             elems, nbytes = block_geometry(fmt, g)
@@ -50,8 +61,10 @@ def main() -> None:
             w_ref = reference_dequantize(W[0], fmt, N, K, g)
             for M in Ms:
                 ops = {"exact": torch.ops.uqr._qmma_cuda, "int8": torch.ops.uqr._int8_cuda}
-                if fmt in ("mlx4", "ternary") and M > 1:
-                    del ops["int8"]  # their int8 kernel takes one row
+                if fmt in ONE_ROW and M > 1:
+                    del ops["int8"]
+                if args.no_exact:
+                    del ops["exact"]
                 for name, op in ops.items():
                     def call(j, M=M, op=op):
                         return op(X[j % 8][:M], W[j], fmt, N, K, g, 0, False)

@@ -136,5 +136,12 @@ def test_int8_fits_and_forced_kernel_errors() -> None:
         dispatch.gemm_triton(x.view(1, top + 1, K), w, "q4_k", 32, K, kernel="int8")
     with pytest.raises(ValueError, match="kernel: 'int8' takes.*got fmt 'q8_0'"):
         dispatch.gemm_triton(x[:4], w8, "q8_0", 32, K, kernel="int8")
-    with pytest.raises(ValueError, match="path: 'int8' is only valid for fmt 'q4_0', 'q4_k', 'mlx4', 'ternary', got fmt 'q8_0'"):
+    with pytest.raises(ValueError, match="path: 'int8' is only valid for fmt 'q4_0', 'q4_k', 'mlx4', 'ternary', "
+                                         "'var_affine', 'exl3', got fmt 'q8_0'"):
         dispatch.gemm_triton(x[:4], w8, "q8_0", 32, K, path="int8")
+    for fmt in dispatch.ONE_ROW_INT8:  # one row only, in block columns
+        wf = random_packed(fmt, 32, K, 0, seed=11)
+        assert dispatch.int8_fits(x[:1], wf, fmt, K, 0, False, 1), fmt
+        assert not dispatch.int8_fits(x[:2], wf, fmt, K, 0, False, 2), f"{fmt}: two rows"
+        with pytest.raises(ValueError, match=f"kernel: 'int8' takes.*got fmt '{fmt}'.*2 rows"):
+            dispatch.gemm_triton(x[:2], wf, fmt, 32, K, kernel="int8")

@@ -1,5 +1,5 @@
 """Path "int8" on CUDA: the int8 tensor-core kernel (csrc/cuda/qmma_int8.cu, op uqr::_int8_cuda;
-q4_0 / q4_k at 1-16 rows, mlx4 and ternary at one row) against a float64 reference of the same activation rounding, against the CPU int8 path, in every
+q4_0 / q4_k at 1-16 rows, mlx4, ternary, var_affine and exl3 at one row) against a float64 reference of the same activation rounding, against the CPU int8 path, in every
 layout, and the dispatch around it (calls the kernel does not take run path "auto").
 
 The reference (gemm_helpers.int8_reference: x rounded to int8 in fp32 torch arithmetic as the
@@ -162,7 +162,7 @@ def test_int8_cuda_errors(cuda) -> None:
     wm = random_packed("mlx4", N, K, 64, seed=1, device="cuda")
     w8 = random_packed("q8_0", N, K, 0, seed=1, device="cuda")
     x = torch.randn(3, K, device="cuda", dtype=torch.bfloat16)
-    with pytest.raises(ValueError, match="path='int8' .*supports fmt 'q4_0', 'q4_k', 'mlx4', 'ternary', not 'q8_0'"):
+    with pytest.raises(ValueError, match="path='int8' .*supports fmt 'q4_0', 'q4_k', .*'exl3'.*not 'q8_0'"):
         uqr.gemm(x, uqr.QTensor(w8, "q8_0", (N, K)), path="int8")
     with pytest.raises(ValueError, match="kernel: 'int8' takes.*got fmt 'mlx4'.*3 rows"):
         gemm_triton(x, wm, "mlx4", N, K, 64, kernel="int8")  # mlx4: one row only
@@ -196,14 +196,14 @@ def test_int8_cuda_zero_spans(cuda, fmt: str) -> None:
         assert bool((y[1] == 0).all()), f"{fmt} {dtype}: zero row"
 
 
-# -- mlx4 (g = 32, 64) and ternary: one activation row, in block columns ------------------------
+# -- mlx4 (g = 32, 64), ternary, var_affine and exl3: one activation row, in block columns -------
 
-ONE_ROW = [("mlx4", 32), ("mlx4", 64), ("ternary", 0)]
+ONE_ROW = [("mlx4", 32), ("mlx4", 64), ("ternary", 0), ("var_affine", 0), ("exl3", 0)]
 
 
 @pytest.mark.parametrize("fmt,g", ONE_ROW, ids=[f"{f}-g{g}" if g else f for f, g in ONE_ROW])
 def test_int8_cuda_one_row_formats(cuda, fmt: str, g: int) -> None:
-    """One row against the float64 product of the same int8 x (mlx4: one scale per group), N with a
+    """One row against the float64 product of the same int8 x (one scale per int8_x_span), N with a
     partial 16-row CTA, few and many CTAs, K of one and several stages per warp, both x dtypes; the
     head layouts give the plain layout's bits; the CPU int8 path agrees to fp32 sums."""
     for N, K in ((256, 512), (4352, 1024), (200, 1536), (8464, 2048)):

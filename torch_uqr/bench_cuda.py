@@ -7,8 +7,9 @@ CUDA graph; the graph is replayed ``reps`` times, each replay timed with CUDA ev
 the median replay time divided by the calls in it. Graphs remove Python launch overhead, which is
 not the kernels' cost (``ms_eager`` records it for the auto path separately).
 
-q4_0, q4_k, mlx4 and ternary also get a row of kernel "int8" (path "int8", the int8-activation
-kernel) wherever it takes the call (q4_0 / q4_k M <= 16, mlx4 and ternary M = 1): shown in the table as "/ int8 <us>"
+q4_0, q4_k, mlx4, ternary, var_affine and exl3 also get a row of kernel "int8" (path "int8", the
+int8-activation kernel) wherever it takes the call (q4_0 / q4_k M <= 16, the others M = 1): shown in
+the table as "/ int8 <us>"
 after the format's best exact kernel, never counted as that best. Its error column is a few 1e-3 by design (x rounded to int8), not a
 defect (INT8_NOTE).
 """
@@ -33,8 +34,9 @@ VEC_MAX_M = 128      # the vec path re-reads W per row; larger M takes seconds
 GEMV_MAX_M = 16      # likewise the one-row CUDA-core kernel
 PAIRED_MIN_M = 512   # from here (compute-bound) the ratio to cuBLAS is also timed interleaved
 WGMMA_MIN_M, WGMMA_BENCH_MAX_M = 17, 512  # the Hopper kernel (sm_90): timed where auto may take it and one step past
-INT8_NOTE = ("int8: path 'int8' (q4_0 / q4_k M <= 16, mlx4 / ternary M = 1) rounds x to int8 (one scale per 32 "
-             "elements, q4_k per 256, mlx4 per group): its max rel err of a few 1e-3 is expected")
+INT8_NOTE = ("int8: path 'int8' (q4_0 / q4_k M <= 16, mlx4 / ternary / var_affine / exl3 M = 1) rounds x to int8 "
+             "(one scale per 32 elements, q4_k / var_affine / exl3 per 256, mlx4 per group): its max rel err of a "
+             "few 1e-3 is expected")
 
 
 def _graph(calls: list[Callable[[], object]]) -> Callable[[], None]:

@@ -86,7 +86,7 @@ def gemm(x: torch.Tensor, qt: Any, out_heads: Optional[int] = None, in_heads: bo
             mlx4, then integer dot products - as llama.cpp's and BitNet's kernels do; a few 1e-3
             relative error from the activation rounding). On CPU int8 serves any M. On
             CUDA it runs the int8 tensor-core kernel for bf16 / fp16 x of up to 16 activation rows
-            (batch * M; mlx4 with g = 32 or 64, and ternary: one row); every other CUDA call (more
+            (batch * M; mlx4 with g = 32 or 64, ternary, var_affine and exl3: one row); every other CUDA call (more
             rows, fp32 x, a shape or alignment that kernel does not take, an extension built
             without it) silently runs the exact path "auto".
             Not on MPS or the Metal emulator.

@@ -5,6 +5,9 @@
 #pragma once
 #include <cuda_runtime.h>
 
+#include <algorithm>
+#include <cstdlib>
+
 #include "cuda_common.cuh"
 
 namespace uqr {
@@ -47,19 +50,27 @@ struct Residency {
   int per_sm[4] = {0, 0, 0, 0};
 };
 
-// kernel's residency when w warps take ring(w) bytes of dynamic shared memory; the largest request
-// (kMaxWarps) is allowed once first, so no launch inside a CUDA-graph capture changes attributes.
+// kernel's residency when w warps take ring(w) bytes of dynamic shared memory. The kernel may take
+// up to the device's opt-in maximum (capped_smem pads up to it), allowed once first, so no launch
+// inside a CUDA-graph capture changes attributes.
 template <class Kernel, class RingBytes>
 Residency residency_of(Kernel kernel, RingBytes ring) {
   Residency out;
-  out.err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                 static_cast<int>(ring(kMaxWarps)));
+  int dev = 0, optin = 0;
+  out.err = cudaGetDevice(&dev);
+  if (out.err == cudaSuccess) out.err = cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev);
+  if (out.err == cudaSuccess) out.err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, optin);
   if (out.err != cudaSuccess) return out;
   for (int i = 0, wk = 1; wk <= kMaxWarps; ++i, wk *= 2) {
     out.err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&out.per_sm[i], kernel, wk * 32, ring(wk));
     if (out.err != cudaSuccess) break;
   }
   return out;
+}
+
+// Resident CTAs per SM at `warps` (1, 2, 4 or 8) K-splitting warps.
+inline int fit_of(const Residency& res, int warps) {
+  return res.per_sm[warps == 1 ? 0 : warps == 2 ? 1 : warps == 4 ? 2 : 3];
 }
 
 // K-splitting warps per CTA: as many as keep the whole grid resident in one wave (a second, mostly
@@ -73,6 +84,33 @@ inline int pick_warps(const Residency& res, int n_stages, int grid) {
     if (static_cast<int64_t>(res.per_sm[i]) * sms >= grid) break;
   }
   return warps;
+}
+
+// Dynamic shared memory for a launch of `grid` CTAs of which `fit` may be resident on one SM:
+// `need`, or when the grid needs at most 2 a SM (want = ceil(grid / SMs) < fit), enough more that
+// no SM can take want + 1, so the block scheduler cannot stack CTAs on some SMs while others hold
+// fewer: at want = 2 an SM with a third CTA takes 1.5x as long (v58, one row on 4096 x 14336, int8,
+// us: var_affine 24.7 / 25.3 -> 18.8 / 18.3, q4_k 16.1 / 16.6 -> 15.0 / 14.9). Not at larger want:
+// a stacked CTA costs less there and the padding takes L1 from the x reads (v59, 16 rows on 14336 x
+// 4096, capped at 7 a SM: mlx4 29.6 us against 27.2 in v53). UQR_KSPLIT_CAP=0 turns it off (A/B
+// runs). residency_of lets the kernel take the result.
+inline size_t capped_smem(size_t need, int grid, int fit) {
+  static const int off = [] {
+    const char* env = getenv("UQR_KSPLIT_CAP");
+    return env && env[0] == '0';
+  }();
+  const int sms = sm_count(), want = (grid + sms - 1) / sms;
+  if (off || want >= fit || want > 2) return need;
+  static int per_sm = 0, reserved = 0, optin = 0;
+  if (!per_sm) {
+    int dev = 0;
+    cudaGetDevice(&dev);
+    cudaDeviceGetAttribute(&reserved, cudaDevAttrReservedSharedMemoryPerBlock, dev);
+    cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev);
+    cudaDeviceGetAttribute(&per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, dev);
+  }
+  const size_t pad = static_cast<size_t>(per_sm / (want + 1) - reserved + 16);
+  return std::min(std::max(need, pad), static_cast<size_t>(optin));
 }
 
 }  // namespace ksplit

@@ -42,6 +42,9 @@ using namespace qmma;
 
 constexpr int kStages = 3;  // as the exact small-M kernel: the whole grid resident at 14336 rows
 constexpr int kQBlock = 32;  // elements per x meta entry and per MMA k-step
+// Shared memory past the last ring slot: var_affine's stage reads up to one word beyond a row's
+// payload (var_affine_cols_stage), which for the last row of the last slot lies past the rings.
+constexpr size_t kRingSlack = 16;
 
 // Format keys of this file's templates: q4_0 and q4_k by their uqr_format ids, mlx4 with its group
 // size folded in (mlx4_key<G>; only the one-row block-column kernel takes mlx4).
@@ -67,10 +70,13 @@ struct Int8Args {
   int rows;
 };
 
-// x scale span per format: 32 for q4_0, a super-block for q4_k, a group for mlx4 (so that a group's
-// integer dot and code sum take its scale and bias once).
+// x scale span per format: 32 for q4_0 and ternary, a super-block for q4_k, var_affine and exl3, a
+// group for mlx4 (so that a group's integer dot and code sum take its scale and bias once).
+__host__ __device__ constexpr bool super_block_x(int FMT) {
+  return FMT == UQR_Q4_K || FMT == UQR_VAR_AFFINE || FMT == UQR_EXL3;
+}
 template <int FMT>
-__host__ __device__ constexpr int x_span() { return FMT == UQR_Q4_K ? 256 : is_mlx4(FMT) ? mlx4_group(FMT) : 32; }
+__host__ __device__ constexpr int x_span() { return super_block_x(FMT) ? 256 : is_mlx4(FMT) ? mlx4_group(FMT) : 32; }
 // Lanes (of 8 elements) a meta entry's code sum covers: a 32-element block, an mlx4 group.
 template <int FMT>
 __host__ __device__ constexpr int sum_lanes() { return is_mlx4(FMT) ? mlx4_group(FMT) / 8 : 4; }
@@ -550,6 +556,174 @@ __device__ __forceinline__ void ternary_cols_stage(const unsigned char* buf, int
   }
 }
 
+// Signed A (exl3's codebook values) times signed x: m16n8k32, s8 x s8 -> s32.
+__device__ __forceinline__ void imma16832_ss(int (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  asm("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+      : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// Four B-bit fields at bits 0, B, 2B, 3B (B <= 5) into bytes 0..3: the upper pair moved to bit 16,
+// then each pair's second field to its byte, then masked (keep = the B-bit mask in every byte).
+// Shift amounts are per lane (rows have their own depths), so no branch.
+__device__ __forceinline__ uint32_t fields_to_bytes(uint32_t v, uint32_t B, uint32_t keep) {
+  const uint32_t u = __byte_perm(v, v << (16u - 2u * B), 0x7610);
+  return __byte_perm(u, u << (8u - B), 0x7250) & keep;
+}
+
+// var_affine, one row: lane c takes sub-blocks 2c (column 2c, x.lo) and 2c + 1 (column 2c + 1,
+// x.hi) of a super-block row, 4 MMAs each. Sub-block j's 32 codes start at word o_j = B_0 + ... +
+// B_{j-1} of qs, and MMA i's 8 codes (elements 8i..8i+7, 8B <= 40 bits from bit 8iB) lie within
+// two words (8iB mod 32 is 0, 8, 16 or 24, and 24 + 40 <= 64). x's scale spans the
+// super-block, so the two sub-blocks' dots times their scale multipliers add up in integers (|.| <
+// 2 * 255 * 32 * 31 * 127 < 2^31) and floats appear once per row and stage:
+// y += d_x (d I1 + bias I2), I1 = s_2c dot_2c + s_2c+1 dot_2c+1, I2 = b_2c sum_2c + b_2c+1 sum_2c+1.
+__device__ __forceinline__ void var_affine_cols_stage(const unsigned char* buf, int sb, int g, int c, ColsX& x,
+                                                      float (&acc)[4]) {
+  const int4 m = x.m;
+  x.load_meta();
+  uint4 head[2][2];  // [row g / g + 8]: {d, bias, scales[0..7], biases[0..3]}, {biases[4..7], modes[0..7], pad}
+  const uint32_t* qs[2];
+  uint32_t B[2][2], o[2][2];  // [row][sub-block 2c / 2c + 1]: depth and first word
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const uint8_t* row = buf + (g + 8 * h) * sb;
+    head[h][0] = lds16(row);
+    head[h][1] = lds16(row + 16);
+    qs[h] = reinterpret_cast<const uint32_t*>(row + UQR_VAR_AFFINE_QS);
+    // Depths one a byte; times 0x01010101 byte i holds the running sum to i (at most 20: no carries).
+    const uint32_t m0 = head[h][1].y & 0x07070707u, m1 = head[h][1].z & 0x07070707u;
+    const uint32_t p0 = m0 * 0x01010101u, p1 = m1 * 0x01010101u;
+    const uint32_t mine = c < 2 ? m0 : m1, sums = c < 2 ? p0 : p1, sh = 16u * static_cast<uint32_t>(c & 1);
+    B[h][0] = (mine >> sh) & 0xFFu;
+    B[h][1] = (mine >> (sh + 8u)) & 0xFFu;
+    // Words before sub-block 2c: the running sum up to 2c - 1 within its half, plus the first half's.
+    o[h][0] = ((sums << 8) >> sh & 0xFFu) + (c < 2 ? 0u : p0 >> 24);
+    o[h][1] = o[h][0] + B[h][0];
+  }
+  int d[4] = {0, 0, 0, 0};
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    // MMA i's codes start at bit 8iB: word i (B = 4, 5) or i - 1 (B = 3, i > 0), at bit (8i (B - 4))
+    // mod 32 of it. So each k-step's two words are loads at constant offsets from one of two
+    // pointers, and only the bit offset is computed. Reads may pass qs's last word by one (its
+    // codes never need it): the ring has slack behind its last slot (kRingSlack).
+    const uint32_t* base[2];
+    const uint32_t* back[2];
+    uint32_t keep[2], step[2];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const uint32_t b = B[h][half];
+      base[h] = qs[h] + o[h][half];
+      back[h] = base[h] - (b == 3u ? 1 : 0);
+      keep[h] = ((1u << b) - 1u) * 0x01010101u;
+      step[h] = 8u * b - 32u;  // 8 (B - 4) mod 2^32
+    }
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      uint32_t a[4];
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const uint32_t b = B[h][half];
+        const uint32_t* wp = i == 0 ? base[h] : back[h] + i;
+        const uint32_t w0 = wp[0], w1 = wp[1], off = (static_cast<uint32_t>(i) * step[h]) & 31u;
+        const uint32_t lo = __funnelshift_r(w0, w1, off);  // elements 8i.. from bit 0 (>= 4B bits)
+        const uint32_t hi = __funnelshift_r(lo, w1 >> off, 4u * b);  // elements 8i + 4.. (bits past 32 from w1)
+        a[h] = fields_to_bytes(lo, b, keep[h]);
+        a[2 + h] = fields_to_bytes(hi, b, keep[h]);
+      }
+      if (half == 0) imma16832(d, a, word_of(x.lo, 2 * i), word_of(x.lo, 2 * i + 1), d);
+      else imma16832(d, a, word_of(x.hi, 2 * i), word_of(x.hi, 2 * i + 1), d);
+    }
+    if (half == 0) x.load(0, true, false), x.load(1, true, false);
+    else x.load(0, false, true), x.load(1, false, true);
+  }
+  const uint32_t sel = 0x4440u | static_cast<uint32_t>(2 * (c & 1));  // byte 2 (c & 1), zero-extended
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const uint32_t sc = c < 2 ? head[h][0].y : head[h][0].z, bs = c < 2 ? head[h][0].w : head[h][1].x;
+    const int i1 = static_cast<int>(__byte_perm(sc, 0, sel)) * d[2 * h] +
+                   static_cast<int>(__byte_perm(sc, 0, sel + 1)) * d[2 * h + 1];
+    const int i2 = static_cast<int>(__byte_perm(bs, 0, sel)) * m.y + static_cast<int>(__byte_perm(bs, 0, sel + 1)) * m.w;
+    const float d_w = __half2float(__ushort_as_half(static_cast<unsigned short>(head[h][0].x & 0xFFFFu)));
+    const float bias = __half2float(__ushort_as_half(static_cast<unsigned short>(head[h][0].x >> 16)));
+    acc[2 * h] = fmaf(__int_as_float(m.x), fmaf(d_w, static_cast<float>(i1), bias * static_cast<float>(i2)), acc[2 * h]);
+  }
+}
+
+// exl3, one row: as var_affine's lanes and columns, but a code is an index into the block's two
+// tables, so each sub-block takes two MMAs a k-step, one with A = P[k] and one with A = R[k] (signed
+// bytes, looked up 4 at a time by a PRMT of the 8-byte table with the codes as selector nibbles),
+// into two accumulators that the sub-blocks' s_j and r_j weigh in integers (|.| < 4 * 255 * 32 *
+// 128 * 127 < 2^31): y += d_x (d I + bias S), S the super-block's x code sum (the four lanes' m.y +
+// m.w). The levels are never rounded, where the exact kernel rounds each to bf16 / fp16.
+__device__ __forceinline__ void exl3_cols_stage(const unsigned char* buf, int sb, int g, int c, ColsX& x,
+                                                float (&acc)[4]) {
+  const int4 m = x.m;
+  x.load_meta();
+  // Per row only what the end needs: {d, bias}, and lane c's scale and residual bytes' words.
+  uint32_t dd[2], sc[2], rs[2], P[2][2], R[2][2];
+  const uint2* qp[2];  // qs bytes 24c .. 24c + 23: sub-blocks 2c and 2c + 1, 3 words each
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const uint8_t* row = buf + (g + 8 * h) * sb;
+    const uint4 head = lds16(row), mid = lds16(row + 16);
+    dd[h] = head.x;
+    sc[h] = c < 2 ? head.y : head.z;
+    rs[h] = c < 2 ? head.w : mid.x;
+    P[h][0] = mid.y, P[h][1] = mid.z, R[h][0] = mid.w, R[h][1] = u32_at4(row + 32);
+    qp[h] = reinterpret_cast<const uint2*>(row + UQR_EXL3_QS + 24 * c);
+  }
+  int dp[4] = {0, 0, 0, 0}, dr[4] = {0, 0, 0, 0};
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    uint32_t q[2][3];  // this sub-block's 96 bits, rows g and g + 8
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const uint2 v0 = qp[h][0], v1 = qp[h][1], v2 = qp[h][2];
+      if (half == 0) q[h][0] = v0.x, q[h][1] = v0.y, q[h][2] = v1.x;
+      else q[h][0] = v1.y, q[h][1] = v2.x, q[h][2] = v2.y;
+    }
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      uint32_t ap[4], ar[4];
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const uint32_t* w = q[h];
+        // 8 codes (24 bits) of k-steps 8i..8i+7 from bit 24i of the sub-block's 96.
+        const uint32_t v = i == 0 ? w[0] : i == 1 ? __funnelshift_r(w[0], w[1], 24) : i == 2 ? __funnelshift_r(w[1], w[2], 16) : w[2] >> 8;
+        // 3-bit codes at 3e -> nibble e (a PRMT selector: byte index 0..7, bit 3 clear): codes 0-3
+        // and 4-7 to the two halves, then each byte's pair, then each pair's second to bit 4.
+        const uint32_t u = __byte_perm(v, v << 4, 0x7610);
+        const uint32_t t = __byte_perm(u, u << 2, 0x7250);
+        const uint32_t sel = ((t & 0x07070707u) | ((t << 1) & 0x70707070u));
+        ap[h] = __byte_perm(P[h][0], P[h][1], sel);
+        ap[2 + h] = __byte_perm(P[h][0], P[h][1], sel >> 16);
+        ar[h] = __byte_perm(R[h][0], R[h][1], sel);
+        ar[2 + h] = __byte_perm(R[h][0], R[h][1], sel >> 16);
+      }
+      const uint32_t b0 = half ? word_of(x.hi, 2 * i) : word_of(x.lo, 2 * i);
+      const uint32_t b1 = half ? word_of(x.hi, 2 * i + 1) : word_of(x.lo, 2 * i + 1);
+      imma16832_ss(dp, ap, b0, b1);
+      imma16832_ss(dr, ar, b0, b1);
+    }
+    if (half == 0) x.load(0, true, false), x.load(1, true, false);
+    else x.load(0, false, true), x.load(1, false, true);
+  }
+  const uint32_t sel = 0x4440u | static_cast<uint32_t>(2 * (c & 1));
+  const float sx = static_cast<float>(m.y + m.w);
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int I = static_cast<int>(__byte_perm(sc[h], 0, sel)) * dp[2 * h] +
+                  static_cast<int>(__byte_perm(sc[h], 0, sel + 1)) * dp[2 * h + 1] +
+                  static_cast<int>(__byte_perm(rs[h], 0, sel)) * dr[2 * h] +
+                  static_cast<int>(__byte_perm(rs[h], 0, sel + 1)) * dr[2 * h + 1];
+    const float d_w = __half2float(__ushort_as_half(static_cast<unsigned short>(dd[h] & 0xFFFFu)));
+    const float bias = __half2float(__ushort_as_half(static_cast<unsigned short>(dd[h] >> 16)));
+    acc[2 * h] = fmaf(__int_as_float(m.x), fmaf(d_w, static_cast<float>(I), bias * sx), acc[2 * h]);
+  }
+}
+
 // One activation row stages its x through the weight ring (codes and meta of the stage behind its
 // weights, 320 bytes): x operands are then shared-memory loads, which pays where few warps hide the
 // L2 latency of global loads (N = 4096: 256 CTAs). v36, same build (UQR_INT8_XRING), 1 row, staged
@@ -648,7 +822,7 @@ __device__ __forceinline__ void int8_gemm(const Int8Args& a) {
   // x pieces: q4_k / mlx4 g = 64, lane c's 64 elements of a stage, lanes 2c and 2c + 1 a half each
   // (sub-block 2c / 2c + 1; even / odd elements), in 16-byte steps; q4_0 / mlx4 g = 32, half g & 1 of
   // block 2c + r, a block (32 bytes) apart.
-  constexpr bool kQuadOfBlocks = FMT == UQR_Q4_K || FMT == mlx4_key<64>();
+  constexpr bool kQuadOfBlocks = super_block_x(FMT) || FMT == mlx4_key<64>();
   if constexpr (kCols)
     xc.start(a.xq + k0 + (kQuadOfBlocks ? 32 * g : 64 * c + 16 * (g & 1)),
              reinterpret_cast<const int4*>(a.xm + k0 / kQBlock + 2 * c), kQuadOfBlocks ? 16 : 32, g, c, n_mine > 1);
@@ -657,6 +831,8 @@ __device__ __forceinline__ void int8_gemm(const Int8Args& a) {
       if constexpr (FMT == UQR_Q4_0) q4_0_cols_stage(buf, Ring::kStageBytes, g, c, xs, acc[0]);
       else if constexpr (FMT == UQR_Q4_K) q4_k_cols_stage(buf, Ring::kStageBytes, g, c, xs, acc[0]);
       else if constexpr (FMT == UQR_TERNARY) ternary_cols_stage(buf, Ring::kStageBytes, g, c, xs, acc[0]);
+      else if constexpr (FMT == UQR_VAR_AFFINE) var_affine_cols_stage(buf, Ring::kStageBytes, g, c, xs, acc[0]);
+      else if constexpr (FMT == UQR_EXL3) exl3_cols_stage(buf, Ring::kStageBytes, g, c, xs, acc[0]);
       else mlx4_cols_stage<mlx4_group(FMT)>(buf, Ring::kStageBytes, g, c, xs, acc[0]);
     } else if constexpr (FMT == UQR_Q4_0) {
       q4_0_stage<NT, kOneRow>(buf, Ring::kStageBytes, g, c, xs, acc);
@@ -729,14 +905,15 @@ cudaError_t launch_tiles(const Int8Args& a, cudaStream_t stream) {
     if constexpr (kXRing) return qmma_int8_kernel_staged<FMT, T>;
     else return qmma_int8_kernel<FMT, T, NT, kOneRow, kXPipe, kCols>;
   }();
-  static const ksplit::Residency res =
-      ksplit::residency_of(kernel, [](int w) { return static_cast<size_t>(w) * kStages * L::kBytes; });
+  const auto ring_bytes = [](int w) { return static_cast<size_t>(w) * kStages * L::kBytes + kRingSlack; };
+  static const ksplit::Residency res = ksplit::residency_of(kernel, ring_bytes);
   if (res.err != cudaSuccess) return res.err;
   const int grid = (a.p.N + kWarpRows - 1) / kWarpRows;
   const int warps = ksplit::pick_warps(res, a.p.K / Ring::kStageElems, grid);
-  const size_t ring = static_cast<size_t>(warps) * kStages * L::kBytes;
+  const size_t ring = ring_bytes(warps);
   const size_t red = static_cast<size_t>(warps - 1) * NT * 4 * 32 * sizeof(float);
-  return launch_ex(kernel, dim3(grid), dim3(warps * 32), ring > red ? ring : red, stream, a);
+  return launch_ex(kernel, dim3(grid), dim3(warps * 32),
+                   ksplit::capped_smem(ring > red ? ring : red, grid, ksplit::fit_of(res, warps)), stream, a);
 }
 
 // Whether one activation row stages its x through the ring (SlotLayout): UQR_INT8_XRING=0 / 1
@@ -772,7 +949,8 @@ inline bool block_cols() {
 template <int FMT, typename T>
 cudaError_t run(const Int8Args& a, const T* x, int8_t* xq, int2* xm, cudaStream_t stream) {
   const int64_t threads = static_cast<int64_t>(a.rows) * (a.p.K / 8);
-  constexpr bool kColsOnly = is_mlx4(FMT) || FMT == UQR_TERNARY;  // no other int8 kernel for these
+  // No other int8 kernel for these.
+  constexpr bool kColsOnly = is_mlx4(FMT) || FMT == UQR_TERNARY || FMT == UQR_VAR_AFFINE || FMT == UQR_EXL3;
   const bool cols = a.rows == 1 && (kColsOnly || block_cols());
   const auto quantize = cols ? quantize_x_kernel<T, FMT, true> : quantize_x_kernel<T, FMT, false>;
   if (const cudaError_t e = launch_ex(quantize, dim3(static_cast<unsigned>((threads + 255) / 256)), dim3(256), 0,
@@ -795,12 +973,14 @@ cudaError_t run(const Int8Args& a, const T* x, int8_t* xq, int2* xm, cudaStream_
 
 const char* int8_unsupported(const uqr_gemm_params& p, int rows, bool half_x, uintptr_t x_addr, uintptr_t w_addr,
                              int64_t w_row_stride) {
-  if (p.fmt != UQR_Q4_0 && p.fmt != UQR_Q4_K && p.fmt != UQR_MLX4 && p.fmt != UQR_TERNARY)
-    return "int8 activations are implemented for q4_0, q4_k, mlx4 and ternary";
+  if (p.fmt != UQR_Q4_0 && p.fmt != UQR_Q4_K && p.fmt != UQR_MLX4 && p.fmt != UQR_TERNARY &&
+      p.fmt != UQR_VAR_AFFINE && p.fmt != UQR_EXL3)
+    return "int8 activations are implemented for q4_0, q4_k, mlx4, ternary, var_affine and exl3";
   if (rows < 1 || rows > kInt8MaxRows) return "batch * M must be 1..16";
   if (p.fmt == UQR_MLX4 && (rows != 1 || (p.group_size != 32 && p.group_size != 64)))
     return "int8 activations for mlx4 take one activation row and group size 32 or 64";
-  if (p.fmt == UQR_TERNARY && rows != 1) return "int8 activations for ternary take one activation row";
+  if ((p.fmt == UQR_TERNARY || p.fmt == UQR_VAR_AFFINE || p.fmt == UQR_EXL3) && rows != 1)
+    return "int8 activations for ternary, var_affine and exl3 take one activation row";
   return qmma_unsupported(p, rows, half_x, x_addr, w_addr, w_row_stride);
 }
 
@@ -818,6 +998,8 @@ cudaError_t qmma_int8(const void* x, int8_t* xq, int2* xm, const uint8_t* w, int
   if (p.fmt == UQR_Q4_0) return go(std::integral_constant<int, UQR_Q4_0>{});
   if (p.fmt == UQR_Q4_K) return go(std::integral_constant<int, UQR_Q4_K>{});
   if (p.fmt == UQR_TERNARY) return go(std::integral_constant<int, UQR_TERNARY>{});
+  if (p.fmt == UQR_VAR_AFFINE) return go(std::integral_constant<int, UQR_VAR_AFFINE>{});
+  if (p.fmt == UQR_EXL3) return go(std::integral_constant<int, UQR_EXL3>{});
   return p.group_size == 32 ? go(std::integral_constant<int, mlx4_key<32>()>{})
                             : go(std::integral_constant<int, mlx4_key<64>()>{});
 }

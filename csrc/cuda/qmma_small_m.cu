@@ -257,20 +257,17 @@ const ksplit::Residency& residency() {
 }
 
 template <class F, typename T, int NT>
-cudaError_t launch_grid(const QmmaArgs& a, int grid, int warps_k, cudaStream_t stream) {
-  constexpr int sb = stage_blocks(F::kElems, F::kBytes) * F::kBytes;
-  const size_t ring = ring_bytes(warps_k, sb);
-  const size_t red = static_cast<size_t>(warps_k - 1) * NT * 4 * 32 * sizeof(float);
-  return launch_ex(qmma_small_m_kernel<F, T, NT>, dim3(grid), dim3(warps_k * 32), ring > red ? ring : red, stream, a);
-}
-
-template <class F, typename T, int NT>
 cudaError_t launch_nt(const QmmaArgs& a, cudaStream_t stream) {
+  constexpr int sb = stage_blocks(F::kElems, F::kBytes) * F::kBytes;
   constexpr int kStageElems = stage_blocks(F::kElems, F::kBytes) * F::kElems;
   const ksplit::Residency& res = residency<F, T, NT>();
   if (res.err != cudaSuccess) return res.err;
   const int grid = (a.p.N + kRows - 1) / kRows;
-  return launch_grid<F, T, NT>(a, grid, ksplit::pick_warps(res, a.p.K / kStageElems, grid), stream);
+  const int warps_k = ksplit::pick_warps(res, a.p.K / kStageElems, grid);
+  const size_t ring = ring_bytes(warps_k, sb);
+  const size_t red = static_cast<size_t>(warps_k - 1) * NT * 4 * 32 * sizeof(float);
+  return launch_ex(qmma_small_m_kernel<F, T, NT>, dim3(grid), dim3(warps_k * 32),
+                   ksplit::capped_smem(ring > red ? ring : red, grid, ksplit::fit_of(res, warps_k)), stream, a);
 }
 
 template <class F, typename T>

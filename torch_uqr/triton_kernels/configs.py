@@ -85,8 +85,8 @@ INT8_MAX_ROWS = 16
 # was as fast or faster. v34 (results/h200_v34_int8_probe.json; exact vs int8, us), 14336 x 4096:
 # q4_k 23.8 vs 16.8 at 1 row, 25.3 vs 24.3 at 8, 34.5 vs 34.5 at 16; q4_0 19.1 vs 17.5 at 1 row,
 # 22.0 vs 28.8 at 8 (its per-block scale and zero terms load per column; q4_k's per 256 elements).
-# mlx4 and ternary (one row only, in block columns): v46, v48.
-INT8_AUTO_MAX_ROWS: dict[str, int] = {"q4_0": 1, "q4_k": 8, "mlx4": 1, "ternary": 1}
+# mlx4 and ternary (one row only, in block columns): v46, v48; var_affine and exl3: v56.
+INT8_AUTO_MAX_ROWS: dict[str, int] = {"q4_0": 1, "q4_k": 8, "mlx4": 1, "ternary": 1, "var_affine": 1, "exl3": 1}
 # Path "auto" takes the Hopper wgmma kernel (csrc/cuda/qmma_wgmma.cu, op uqr::_wgmma_cuda) on an
 # sm_90 GPU for the (first, last, least N, least K) row ranges of its format, where neither small-M
 # kernel took the call first (qmma_auto). Measured wgmma vs scratch (and the mid-M kernel), in us:

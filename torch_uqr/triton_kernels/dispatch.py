@@ -108,15 +108,19 @@ def qmma_fits(x: torch.Tensor, w: torch.Tensor, fmt: str, K: int, group_size: in
     return not in_heads or x.shape[-1] % (n * elems) == 0  # a stage must not straddle x heads
 
 
+# Formats whose int8 kernel is the one-row block-column form only (mlx4 too, with its group sizes).
+ONE_ROW_INT8 = ("ternary", "var_affine", "exl3")
+
+
 def int8_fits(x: torch.Tensor, w: torch.Tensor, fmt: str, K: int, group_size: int, in_heads: bool,
               rows: int) -> bool:
     """Whether the int8 kernel (qmma_int8.cu) takes this call (mirror of int8_unsupported in C++):
-    q4_0 / q4_k 1..INT8_MAX_ROWS rows, mlx4 with g = 32 / 64 and ternary one row, and the small-M kernel's
+    q4_0 / q4_k 1..INT8_MAX_ROWS rows, mlx4 with g = 32 / 64, ternary, var_affine and exl3 one row, and the small-M kernel's
     conditions (qmma_fits: bf16/fp16 x, K and x heads whole 256-element stages, aligned x and weight
     rows)."""
     if fmt not in INT8_FORMATS or not 0 < rows <= configs.INT8_MAX_ROWS:
         return False
-    if (fmt == "mlx4" and (rows != 1 or group_size not in (32, 64))) or (fmt == "ternary" and rows != 1):
+    if (fmt == "mlx4" and (rows != 1 or group_size not in (32, 64))) or (fmt in ONE_ROW_INT8 and rows != 1):
         return False
     return qmma_fits(x, w, fmt, K, group_size, in_heads, rows)
 
@@ -127,7 +131,7 @@ def _int8_forced(x: torch.Tensor, w: torch.Tensor, fmt: str, N: int, K: int, gro
     so a test or bench row labelled int8 measured it)."""
     if not int8_fits(x, w, fmt, K, group_size, in_heads, rows):
         raise ValueError(f"kernel: 'int8' takes fmt {' / '.join(INT8_FORMATS)} with bf16 or fp16 x, "
-                         f"1..{configs.INT8_MAX_ROWS} rows (mlx4 with g = 32 or 64, ternary: 1), K (and in_heads' head dim) "
+                         f"1..{configs.INT8_MAX_ROWS} rows (mlx4 with g = 32 or 64, {' / '.join(ONE_ROW_INT8)}: 1), K (and in_heads' head dim) "
                          "a multiple of 256, contiguous "
                          "aligned x and 16-byte-aligned w rows; "
                          f"got fmt {fmt!r}, x {x.dtype} {list(x.shape)}, {rows} rows, K={K}")
