@@ -101,16 +101,20 @@ inline size_t capped_smem(size_t need, int grid, int fit) {
   }();
   const int sms = sm_count(), want = (grid + sms - 1) / sms;
   if (off || want >= fit || want > 2) return need;
-  static int per_sm = 0, reserved = 0, optin = 0;
-  if (!per_sm) {
+  struct Smem {
+    int per_sm = 0, reserved = 0, optin = 0;
+  };
+  static const Smem sm = [] {
+    Smem v;
     int dev = 0;
     cudaGetDevice(&dev);
-    cudaDeviceGetAttribute(&reserved, cudaDevAttrReservedSharedMemoryPerBlock, dev);
-    cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev);
-    cudaDeviceGetAttribute(&per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, dev);
-  }
-  const size_t pad = static_cast<size_t>(per_sm / (want + 1) - reserved + 16);
-  return std::min(std::max(need, pad), static_cast<size_t>(optin));
+    cudaDeviceGetAttribute(&v.reserved, cudaDevAttrReservedSharedMemoryPerBlock, dev);
+    cudaDeviceGetAttribute(&v.optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev);
+    cudaDeviceGetAttribute(&v.per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, dev);
+    return v;
+  }();
+  const size_t pad = static_cast<size_t>(sm.per_sm / (want + 1) - sm.reserved + 16);
+  return std::min(std::max(need, pad), static_cast<size_t>(sm.optin));
 }
 
 }  // namespace ksplit

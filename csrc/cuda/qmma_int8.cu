@@ -952,14 +952,18 @@ cudaError_t run(const Int8Args& a, const T* x, int8_t* xq, int2* xm, cudaStream_
   // No other int8 kernel for these.
   constexpr bool kColsOnly = is_mlx4(FMT) || FMT == UQR_TERNARY || FMT == UQR_VAR_AFFINE || FMT == UQR_EXL3;
   const bool cols = a.rows == 1 && (kColsOnly || block_cols());
-  const auto quantize = cols ? quantize_x_kernel<T, FMT, true> : quantize_x_kernel<T, FMT, false>;
+  if (kColsOnly && !cols) return cudaErrorInvalidValue;  // int8_unsupported: one row only, in block columns
+  const auto quantize = [cols] {  // only the code orders a format's kernels read are instantiated
+    if constexpr (kColsOnly) return quantize_x_kernel<T, FMT, true>;
+    else return cols ? quantize_x_kernel<T, FMT, true> : quantize_x_kernel<T, FMT, false>;
+  }();
   if (const cudaError_t e = launch_ex(quantize, dim3(static_cast<unsigned>((threads + 255) / 256)), dim3(256), 0,
                                      stream, a.p, x, a.rows, xq, xm);
       e != cudaSuccess)
     return e;
   if (cols) return launch_tiles<FMT, T, 1, true, false, false, true>(a, stream);
   if constexpr (kColsOnly) {
-    return cudaErrorInvalidValue;  // int8_unsupported: one row only, in block columns
+    return cudaErrorInvalidValue;  // unreachable: checked above
   } else {
     if (a.rows == 1)
       return stage_x(a.p.N) ? launch_tiles<FMT, T, 1, true, true>(a, stream)
