@@ -41,8 +41,13 @@ for fmt, g in (("q4_0", 0), ("q4_k", 0), ("mlx4", 128), ("q8_0", 0), ("var_affin
         gemm_triton(torch.randn(rows, 1024, device="cuda", dtype=torch.bfloat16), w, fmt, 37, 1024, g, kernel="qmma")
     gemm_triton(torch.randn(2, 2, 4, 512, device="cuda", dtype=torch.float16), w, fmt, 37, 1024, g,
                 out_heads=1, in_heads=True, kernel="qmma")
-    for rows in (17, 70):  # mid-M kernel: partial column tiles, rows past N
+    for rows in (12, 17, 70):  # mid-M kernel: split K (12 rows), partial column tiles, rows past N
         gemm_triton(torch.randn(rows, 1024, device="cuda", dtype=torch.bfloat16), w, fmt, 37, 1024, g, kernel="qmma")
+for fmt, g in (("q4_k", 0), ("mlx4", 128), ("var_affine", 0)):  # 9-16 rows: K split 8 / 4 ways, heads
+    w = random_packed(fmt, 300, 4096, g, seed=8, device="cuda")
+    gemm_triton(torch.randn(11, 4096, device="cuda", dtype=torch.bfloat16), w, fmt, 300, 4096, g, kernel="qmma")
+    gemm_triton(torch.randn(2, 2, 8, 2048, device="cuda", dtype=torch.float16), w, fmt, 300, 4096, g,
+                out_heads=3, in_heads=True, kernel="qmma")
 for fmt, g in (("q4_0", 0), ("mlx4", 128), ("exl3", 0)):  # Hopper wgmma kernel: split K, heads, partial tiles
     w = random_packed(fmt, 37, 2048, g, seed=5, device="cuda")
     for rows in (17, 70, 130):

@@ -4,8 +4,8 @@ against float64.
 Skipped without a CUDA device or when torch_uqr._C was built without them (CPU torch; CI compiles
 the .cu files with nvcc in test_cuda_build.py). y is NaN-poisoned (UQR_POISON=1) so an unwritten
 output fails; N is not a multiple of a CTA's 16 (small-M) or 128 (mid-M) rows, K spans several
-stages and an uneven split over the small-M kernel's warps, rows cover both 8-wide MMA column tiles
-of the small-M kernel and partial 32- and 64-row column tiles of the mid-M kernel, fresh random
+stages and an uneven split over the small-M kernel's warps and over the split-K CTAs of 9-16 rows,
+rows cover both 8-wide MMA column tiles and partial 32- and 64-row column tiles of the mid-M kernel, fresh random
 bytes every run.
 """
 from __future__ import annotations
@@ -49,6 +49,21 @@ def test_qmma_every_m_and_dtype(fmt: str, g: int) -> None:
         _check(_qmma(x, w, fmt, N, K, g), x.double() @ wref.t(), torch.bfloat16, f"{fmt} 1-D")
 
 
+@pytest.mark.parametrize("fmt,g", TC_FORMATS, ids=TC_FORMAT_IDS)
+def test_qmma_split_k_rows(fmt: str, g: int) -> None:
+    """9-16 rows run the mid-M kernel with K split over CTAs and a reduce kernel: N = 300 gives 3
+    row tiles, so K = 4096 splits 8 ways (2 stages each; mlx4 g128 4 ways, 1 stage each), and
+    K = 2816 (11 stages of 256) splits unevenly; N = 301 is not a multiple of 4, so the reduce kernel
+    stores one output a thread."""
+    from torch_uqr.triton_kernels.testing import random_packed, reference_dequantize
+    for N, K in ((300, 4096), (301, 2816 if g != 128 else 3072)):
+        w = random_packed(fmt, N, K, g, seed=fresh_seed(), device="cuda")
+        wref = reference_dequantize(w, fmt, N, K, g)
+        for M in (9, 12, 16):
+            x = torch.randn(M, K, device="cuda").to(torch.bfloat16)
+            _check(_qmma(x, w, fmt, N, K, g), x.double() @ wref.t(), torch.bfloat16, f"{fmt} {N}x{K} M={M}")
+
+
 @pytest.mark.parametrize("fmt", ["q4_0", "q4_k", "mlx4", "var_affine", "ternary"])
 def test_qmma_layouts(fmt: str) -> None:
     """Small-M rows (batch * M <= 16) in every layout."""
@@ -70,10 +85,11 @@ def test_qmma_dispatch_and_fallbacks() -> None:
     lim, big = configs.QMMA_MAX_ROWS, configs.QMMA_MID_MIN_N
     assert dispatch.qmma_auto("q4_0", lim, 64) and not dispatch.qmma_auto("q4_0", lim + 1, big - 1)
     assert dispatch.qmma_auto("q4_0", lim + 1, big) and not dispatch.qmma_auto("q4_0", configs.QMMA_MID_MAX_ROWS + 1, big)
-    # Above 16 rows x is copied in 16-byte pieces: a base 8 bytes off is refused there, taken below.
+    # From 9 rows x is copied in 16-byte pieces: a base 8 bytes off is refused there, taken below.
     x8 = torch.randn(17 * K + 4, device="cuda", dtype=torch.bfloat16)[4:].view(17, K)
     assert not dispatch.qmma_fits(x8, w, "q4_0", K, 0, False, 17)
-    assert dispatch.qmma_fits(x8[:16], w, "q4_0", K, 0, False, 16)
+    assert not dispatch.qmma_fits(x8[:9], w, "q4_0", K, 0, False, 9)
+    assert dispatch.qmma_fits(x8[:8], w, "q4_0", K, 0, False, 8)
     with pytest.raises(RuntimeError, match="8-element copies"):
         _qmma(x8, w, "q4_0", N, K)
     w_odd = random_packed("q4_0", N, 288, 0, seed=1, device="cuda")  # K = 288: not a multiple of the stage

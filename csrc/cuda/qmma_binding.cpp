@@ -56,9 +56,14 @@ at::Tensor run_op(const char* op, Unsupported unsupported, const at::Tensor& x, 
 at::Tensor qmma_cuda(const at::Tensor& x, const at::Tensor& w, c10::string_view fmt, int64_t N, int64_t K,
                      int64_t group_size, int64_t out_heads, bool in_heads) {
   return run_op("uqr::_qmma_cuda", qmma_unsupported, x, w, fmt, N, K, group_size, out_heads, in_heads,
-                [&](const GemmPlan& plan, at::Tensor& y, int64_t, bool bf16, cudaStream_t stream) {
+                [&](const GemmPlan& plan, at::Tensor& y, int64_t rows, bool bf16, cudaStream_t stream) {
+                  const int splits = qmma_splits(plan.p, static_cast<int>(rows));
+                  if (splits == 1)
+                    return qmma_small_m(plan.x_used.data_ptr(), w.data_ptr<uint8_t>(), w.stride(0), y.data_ptr(),
+                                        plan.p, bf16, stream);
+                  at::Tensor split_ws = at::empty({splits, rows, N}, x.options().dtype(at::kFloat));
                   return qmma_small_m(plan.x_used.data_ptr(), w.data_ptr<uint8_t>(), w.stride(0), y.data_ptr(),
-                                      plan.p, bf16, stream);
+                                      plan.p, bf16, stream, splits, split_ws.data_ptr<float>());
                 });
 }
 

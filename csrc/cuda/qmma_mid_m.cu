@@ -21,6 +21,8 @@
 #include "cuda_common.cuh"
 #include "qmma_traits.cuh"
 
+#include <type_traits>
+
 namespace uqr {
 namespace cuda {
 namespace {
@@ -33,14 +35,15 @@ constexpr int kMidStages = 2;
 // x row pitch in shared memory (elements): the stage plus a pad that moves consecutive rows (the
 // 8 g-lanes of a fragment) to other banks - 32 bytes for 8-byte loads (16 lanes a phase: 4 rows x
 // 4 lanes of 8 bytes cover the 32 banks once), 64 bytes for mlx4's 16-byte loads (8 lanes a phase).
-template <class F>
+// In fragment order (PX) every lane loads 16 bytes, so the pad is 64 bytes for every format.
+template <class F, bool PX = false>
 __host__ __device__ constexpr int x_pitch() {
-  return RowRing<F>::kStageElems + (F::kWideX ? 32 : 16);
+  return RowRing<F>::kStageElems + (F::kWideX || PX ? 32 : 16);
 }
 
-template <class F, int NT>
+template <class F, int NT, int S = kMidStages, bool PX = false>
 __host__ __device__ constexpr size_t mid_smem_bytes() {
-  return static_cast<size_t>(kMidStages) * (8 * NT * x_pitch<F>() * 2 + kMidWarps * RowRing<F>::kSlotBytes);
+  return static_cast<size_t>(S) * (8 * NT * x_pitch<F, PX>() * 2 + kMidWarps * RowRing<F>::kSlotBytes);
 }
 
 // Two CTAs per SM where their shared memory fits (<= 113 KB each; then 128 registers a thread).
@@ -49,12 +52,27 @@ __host__ __device__ constexpr int mid_ctas_per_sm() {
   return mid_smem_bytes<F, NT>() <= 113 * 1024 ? 2 : 1;
 }
 
-template <class F, typename T, int NT>
-__global__ void __launch_bounds__(kMidWarps * 32, (mid_ctas_per_sm<F, NT>())) qmma_mid_m_kernel(const QmmaArgs a) {
+// MINB: CTAs an SM the registers must allow (mid_ctas_per_sm, or split_minb at 9-16 rows);
+// S: ring stages. PX: x goes into shared memory through registers, rewritten in fragment order
+// (frag_order), instead of by cp.async in its own order: each lane then reads its sub-block's B
+// registers with one 16-byte load instead of two 8-byte loads and four PRMTs, once per warp, while
+// the rewrite costs each thread a few instructions a stage.
+// sm_80's ptxas spills exl3 at 85 registers with 4 sub-blocks a trip (12 bytes), so there it gets 128.
+template <class F, int MINB, int U>
+__host__ __device__ constexpr int arch_minb() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
+  return U == 4 && MINB > 2 && std::is_same<F, Traits<UQR_EXL3>>::value ? 2 : MINB;
+#else
+  return MINB;
+#endif
+}
+
+template <class F, typename T, int NT, int MINB, int S, bool PX, int U>
+__global__ void __launch_bounds__(kMidWarps * 32, (arch_minb<F, MINB, U>())) qmma_mid_m_kernel(const SplitArgs sa) {
   extern __shared__ __align__(16) unsigned char smem[];
+  const QmmaArgs& a = sa.q;
   using Ring = RowRing<F>;
-  constexpr int S = kMidStages;
-  constexpr int kCols = 8 * NT, kPitch = x_pitch<F>(), kXSlot = kCols * kPitch;
+  constexpr int kCols = 8 * NT, kPitch = x_pitch<F, PX>(), kXSlot = kCols * kPitch;
   constexpr int kThreads = kMidWarps * 32;
   // x copies: a stage row of x is kXPieces 16-byte pieces; thread tid copies piece tid % kXPieces of
   // rows tid / kXPieces + u * kRowStep, u < kXCopies.
@@ -70,7 +88,11 @@ __global__ void __launch_bounds__(kMidWarps * 32, (mid_ctas_per_sm<F, NT>())) qm
   T* xring = reinterpret_cast<T*>(smem);
   unsigned char* wring = smem + static_cast<size_t>(S) * kXSlot * sizeof(T) + static_cast<size_t>(warp) * S * Ring::kSlotBytes;
 
-  const Ring wr(a.w, a.w_row_stride, row0, p.N, 0, lane);
+  // This CTA's stages: its share of K when the grid splits K over gridDim.z.
+  const int n_all = p.K / Ring::kStageElems;
+  const int st0 = static_cast<int>(static_cast<int64_t>(n_all) * blockIdx.z / sa.splits);
+  const int n_stages = static_cast<int>(static_cast<int64_t>(n_all) * (blockIdx.z + 1) / sa.splits) - st0;
+  const Ring wr(a.w, a.w_row_stride, row0, p.N, st0, lane);
   // This thread's x rows (activation rows past the last re-read it; never stored).
   const T* xsrc[kXCopies];
   const int piece = tid % kXPieces;
@@ -82,15 +104,50 @@ __global__ void __launch_bounds__(kMidWarps * 32, (mid_ctas_per_sm<F, NT>())) qm
   }
   T* const xdst0 = xring + (tid / kXPieces) * kPitch + piece * (16 / sizeof(T));
 
-  const int n_stages = p.K / Ring::kStageElems;
+  // PX: thread tid rewrites units tid + kThreads u of the stage's x, unit = (row, sub-block js,
+  // lane c): the 16 bytes lane c's fragments need, from one 16-byte (wide) or two 8-byte loads.
+  constexpr int kSubs = Ring::kStageElems / 32, kUnits = PX ? kCols * kSubs * 4 / kThreads : 1;
+  static_assert(!PX || (kCols * kSubs * 4) % kThreads == 0, "x units split evenly");
+  const T* usrc[kUnits];
+  int udst[kUnits];
+  if constexpr (PX) {
+#pragma unroll
+    for (int u = 0; u < kUnits; ++u) {
+      const int id = tid + kThreads * u, row = id / (kSubs * 4), js = id / 4 % kSubs, cc = id % 4;
+      const int r = min(col0 + row, a.rows - 1);
+      const int b = r / p.M, m = r - b * p.M;
+      usrc[u] = static_cast<const T*>(a.x) + uqr_x_row_offset(p, b, m) + 32 * js + (F::kWideX ? 8 : 4) * cc;
+      udst[u] = row * kPitch + 32 * js + 8 * cc;
+    }
+  }
+  auto load_units = [&](int i, uint4 (&v)[kUnits]) {
+    const int64_t xo = x_stage_offset(p, (st0 + i) * Ring::kStageElems);
+#pragma unroll
+    for (int u = 0; u < kUnits; ++u) {
+      if constexpr (F::kWideX) {
+        v[u] = ld_after_wait(reinterpret_cast<const uint4*>(usrc[u] + xo));
+      } else {
+        const uint2 lo = ld_after_wait(reinterpret_cast<const uint2*>(usrc[u] + xo));
+        const uint2 hi = ld_after_wait(reinterpret_cast<const uint2*>(usrc[u] + xo + 16));
+        v[u] = make_uint4(lo.x, lo.y, hi.x, hi.y);
+      }
+    }
+  };
+  auto store_units = [&](int slot, const uint4 (&v)[kUnits]) {
+#pragma unroll
+    for (int u = 0; u < kUnits; ++u) *reinterpret_cast<uint4*>(xring + slot * kXSlot + udst[u]) = frag_order<F>(v[u]);
+  };
+
   int slot_in = 0;
   auto issue = [&](int i) {
     if (i < n_stages) {
       wr.copy(wring + slot_in * Ring::kSlotBytes, i, lane);
-      const int64_t xo = x_stage_offset(p, i * Ring::kStageElems);
-      T* dst = xdst0 + slot_in * kXSlot;
+      if constexpr (!PX) {
+        const int64_t xo = x_stage_offset(p, (st0 + i) * Ring::kStageElems);
+        T* dst = xdst0 + slot_in * kXSlot;
 #pragma unroll
-      for (int u = 0; u < kXCopies; ++u) cp_async16(dst + u * kRowStep * kPitch, xsrc[u] + xo);
+        for (int u = 0; u < kXCopies; ++u) cp_async16(dst + u * kRowStep * kPitch, xsrc[u] + xo);
+      }
     }
     slot_in = slot_in == S - 1 ? 0 : slot_in + 1;
     cp_async_commit();  // empty groups keep wait_group's count uniform
@@ -102,60 +159,143 @@ __global__ void __launch_bounds__(kMidWarps * 32, (mid_ctas_per_sm<F, NT>())) qm
 #pragma unroll
     for (int i = 0; i < 4; ++i) acc[t][i] = 0.f;
 
+  pdl_wait();  // launched as a programmatic dependent (cuda_common.cuh): x, w and y are final now
 #pragma unroll
   for (int s = 0; s < S - 1; ++s) issue(s);
+  if constexpr (PX) {
+    uint4 v[kUnits];
+    load_units(0, v);
+    store_units(0, v);
+  }
 
   int slot_out = 0;
   for (int i = 0; i < n_stages; ++i) {
     cp_async_wait<S - 2>();
     __syncthreads();  // stage i visible to all warps; every warp is done with stage i - 1's slot
     issue(i + S - 1);
-    const T* xlane = xring + slot_out * kXSlot + g * kPitch + (F::kWideX ? 8 : 4) * c;
+    // PX: stage i + 1's x is loaded now and stored after this stage's work, into the slot stage
+    // i + 1 - S left (free since the barrier above), so its latency hides behind the work.
+    uint4 xnext[kUnits];
+    const bool more = PX && i + 1 < n_stages;
+    if (more) load_units(i + 1, xnext);
+    const T* xlane = xring + slot_out * kXSlot + g * kPitch + (PX ? 8 : F::kWideX ? 8 : 4) * c;
     const T* xst[NT];
 #pragma unroll
     for (int t = 0; t < NT; ++t) xst[t] = xlane + t * 8 * kPitch;
-    stage_steps<F, T, NT, 2>(wring + slot_out * Ring::kSlotBytes, g, c, xst, acc);
+    stage_steps<F, T, NT, U, PX>(wring + slot_out * Ring::kSlotBytes, g, c, xst, acc);
+    if (more) store_units((i + 1) % S, xnext);
     slot_out = slot_out == S - 1 ? 0 : slot_out + 1;
   }
   cp_async_wait<0>();
 
+  if (sa.splits == 1) {
+#pragma unroll
+    for (int t = 0; t < NT; ++t)
+#pragma unroll
+      for (int q = 0; q < 4; ++q) store_acc<T>(p, a.y, a.rows, row0, col0, g, c, t, q, acc[t][q]);
+    return;
+  }
+  float* ws = sa.ws + static_cast<int64_t>(blockIdx.z) * a.rows * p.N;
 #pragma unroll
   for (int t = 0; t < NT; ++t)
 #pragma unroll
-    for (int q = 0; q < 4; ++q) store_acc<T>(p, a.y, a.rows, row0, col0, g, c, t, q, acc[t][q]);
+    for (int q = 0; q < 4; ++q) {
+      const int n = row0 + g + (q >= 2 ? 8 : 0), r = col0 + t * 8 + 2 * c + (q & 1);
+      if (n < p.N && r < a.rows) ws[static_cast<int64_t>(r) * p.N + n] = acc[t][q];
+    }
 }
 
-template <class F, typename T, int NT>
-cudaError_t launch_mid(const QmmaArgs& a, cudaStream_t stream) {
-  constexpr size_t smem = mid_smem_bytes<F, NT>();
-  static const cudaError_t attr =
-      cudaFuncSetAttribute(qmma_mid_m_kernel<F, T, NT>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
+// 9-16 rows (two column tiles), where K is split over the grid so that the CTAs of a 16-row x tile
+// fill the GPU: two ring stages, x in fragment order, 3 CTAs an SM (registers capped at 85) except
+// mlx4 g128, which spills there (2: 128), and 4 sub-blocks a loop trip except for mlx4's wide x
+// loads and var_affine, which spills at 4 (v68, 16 rows, us, U = 2 -> 4: q4_k 27.9 -> 26.1, exl3
+// 41.2 -> 36.5, q4_0 23.0 -> 22.7, mlx4 21.7 -> 22.6 on 14336 x 4096).
+constexpr int kSplitStages = 2;
+template <class F>
+constexpr int split_minb() {
+  return std::is_same<F, Mlx4<128>>::value ? 2 : 3;
+}
+template <class F>
+constexpr int split_u() {
+  return F::kWideX || std::is_same<F, Traits<UQR_VAR_AFFINE>>::value ? 2 : 4;
+}
+
+template <class F, typename T, int NT, int MINB, int S, bool PX, int U = 2>
+cudaError_t launch_mid(const SplitArgs& sa, cudaStream_t stream) {
+  constexpr size_t smem = mid_smem_bytes<F, NT, S, PX>();
+  static const cudaError_t attr = cudaFuncSetAttribute(qmma_mid_m_kernel<F, T, NT, MINB, S, PX, U>,
+                                                       cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
   if (attr != cudaSuccess) return attr;
-  const dim3 grid((a.p.N + kMidWarps * kWarpRows - 1) / (kMidWarps * kWarpRows), (a.rows + 8 * NT - 1) / (8 * NT));
-  qmma_mid_m_kernel<F, T, NT><<<grid, kMidWarps * 32, smem, stream>>>(a);
-  return cudaGetLastError();
+  const QmmaArgs& a = sa.q;
+  const dim3 grid((a.p.N + kMidWarps * kWarpRows - 1) / (kMidWarps * kWarpRows), (a.rows + 8 * NT - 1) / (8 * NT),
+                  sa.splits);
+  if (const cudaError_t e = launch_ex(qmma_mid_m_kernel<F, T, NT, MINB, S, PX, U>, grid, dim3(kMidWarps * 32), smem,
+                                      stream, sa);
+      e != cudaSuccess || sa.splits == 1)
+    return e;
+  return reduce_splits<T>(sa, stream);
 }
 
-// Column tile: 64 activation rows (x read N / 128 times), or 32 where 64 would leave SMs idle
-// (small N) or would be mostly padding.
+// Column tile: 16 activation rows at 9-16 rows; else 64 (x read N / 128 times), or 32 where 64
+// would leave SMs idle (small N) or would be mostly padding.
 inline int pick_mid_nt(const QmmaArgs& a) {
+  if (a.rows <= kQmmaMaxRows) return 2;
   if (a.rows <= 32) return 4;
   const int row_ctas = (a.p.N + kMidWarps * kWarpRows - 1) / (kMidWarps * kWarpRows);
   return row_ctas * ((a.rows + 63) / 64) >= sm_count() ? 8 : 4;
 }
 
 template <class F, typename T>
-cudaError_t launch_mid_any(const QmmaArgs& a, cudaStream_t stream) {
-  return pick_mid_nt(a) == 8 ? launch_mid<F, T, 8>(a, stream) : launch_mid<F, T, 4>(a, stream);
+cudaError_t launch_mid_any(const SplitArgs& sa, cudaStream_t stream) {
+  switch (pick_mid_nt(sa.q)) {
+    case 2: return launch_mid<F, T, 2, split_minb<F>(), kSplitStages, true, split_u<F>()>(sa, stream);
+    case 4: return launch_mid<F, T, 4, mid_ctas_per_sm<F, 4>(), kMidStages, false>(sa, stream);
+    default: return launch_mid<F, T, 8, mid_ctas_per_sm<F, 8>(), kMidStages, false>(sa, stream);
+  }
+}
+
+// Splits of K at 9-16 rows: the most (powers of two) that keep the grid within one wave of the
+// CTAs an SM holds, with >= 2 stages a split. UQR_SPLIT16_SPLITS forces a count (A/B runs).
+template <class F>
+int splits_for(const uqr_gemm_params& p, int rows) {
+  if (rows > kQmmaMaxRows) return 1;
+  static const int forced = [] {
+    const char* e = getenv("UQR_SPLIT16_SPLITS");
+    return e ? atoi(e) : 0;
+  }();
+  const int n_stages = p.K / RowRing<F>::kStageElems;
+  if (forced > 0) return forced < n_stages ? forced : n_stages;
+  static const int per_sm = [] {
+    constexpr size_t smem = mid_smem_bytes<F, 2, kSplitStages, true>();
+    auto kernel = qmma_mid_m_kernel<F, __nv_bfloat16, 2, split_minb<F>(), kSplitStages, true, split_u<F>()>;
+    int fit = 0;
+    cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&fit, kernel, kMidWarps * 32, smem) != cudaSuccess) fit = 1;
+    return fit > 0 ? fit : 1;
+  }();
+  const int tiles = (p.N + kMidWarps * kWarpRows - 1) / (kMidWarps * kWarpRows);
+  int splits = 1;
+  while (tiles * splits * 2 <= sm_count() * per_sm && n_stages / (splits * 2) >= 2) splits *= 2;
+  return splits;
 }
 
 }  // namespace
 
-cudaError_t qmma_mid_m(const QmmaArgs& a, bool bf16, cudaStream_t stream) {
-  return with_format(a.p, [&](auto f) {
+cudaError_t qmma_mid_m(const SplitArgs& sa, bool bf16, cudaStream_t stream) {
+  if (sa.splits < 1 || (sa.splits > 1 && sa.ws == nullptr)) return cudaErrorInvalidValue;
+  return with_format(sa.q.p, [&](auto f) {
     using F = decltype(f);
-    return bf16 ? launch_mid_any<F, __nv_bfloat16>(a, stream) : launch_mid_any<F, __half>(a, stream);
+    return bf16 ? launch_mid_any<F, __nv_bfloat16>(sa, stream) : launch_mid_any<F, __half>(sa, stream);
   });
+}
+
+int mid_m_splits(const uqr_gemm_params& p, int rows) {
+  int splits = 1;
+  with_format(p, [&](auto f) {
+    splits = splits_for<decltype(f)>(p, rows);
+    return cudaSuccess;
+  });
+  return splits;
 }
 
 }  // namespace cuda

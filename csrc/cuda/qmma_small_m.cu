@@ -277,6 +277,17 @@ cudaError_t launch(QmmaArgs& a, cudaStream_t stream) {
 
 }  // namespace
 
+bool mid_m_takes(int rows) {
+  // UQR_SPLIT16=0 keeps 9-16 rows on the small-M kernel (A/B runs).
+  static const bool split16 = [] {
+    const char* e = getenv("UQR_SPLIT16");
+    return !(e && e[0] == '0');
+  }();
+  return rows > kQmmaMaxRows || (split16 && rows > 8);
+}
+
+int qmma_splits(const uqr_gemm_params& p, int rows) { return mid_m_takes(rows) ? mid_m_splits(p, rows) : 1; }
+
 const char* qmma_unsupported(const uqr_gemm_params& p, int rows, bool half_x, uintptr_t x_addr, uintptr_t w_addr,
                              int64_t w_row_stride) {
   if (!half_x) return "x must be bfloat16 or float16";
@@ -296,14 +307,14 @@ const char* qmma_unsupported(const uqr_gemm_params& p, int rows, bool half_x, ui
   // 4 consecutive x values per 8-byte load: head dim, strides and base must keep that aligned.
   if (x_addr % 8 || p.x_row_stride % 4 || p.x_batch_stride % 4 || p.x_head_stride % 4)
     return "x must allow aligned 4-element loads";
-  // Above kQmmaMaxRows x is staged with 16-byte copies.
-  if (rows > kQmmaMaxRows && (x_addr % 16 || p.x_row_stride % 8 || p.x_batch_stride % 8 || p.x_head_stride % 8))
+  // In the mid-M kernel x is staged with 16-byte copies.
+  if (mid_m_takes(rows) && (x_addr % 16 || p.x_row_stride % 8 || p.x_batch_stride % 8 || p.x_head_stride % 8))
     return "x must allow aligned 8-element copies";
   return nullptr;
 }
 
 cudaError_t qmma_small_m(const void* x, const uint8_t* w, int64_t w_row_stride, void* y, const uqr_gemm_params& p,
-                         bool bf16, cudaStream_t stream) {
+                         bool bf16, cudaStream_t stream, int splits, float* split_ws) {
   const int rows = p.batch * p.M;
   if (qmma_unsupported(p, rows, true, reinterpret_cast<uintptr_t>(x), reinterpret_cast<uintptr_t>(w), w_row_stride))
     return cudaErrorInvalidValue;
@@ -314,7 +325,7 @@ cudaError_t qmma_small_m(const void* x, const uint8_t* w, int64_t w_row_stride, 
   a.w = w;
   a.w_row_stride = w_row_stride;
   a.rows = rows;
-  if (rows > kQmmaMaxRows) return qmma_mid_m(a, bf16, stream);
+  if (mid_m_takes(rows)) return qmma_mid_m(SplitArgs{a, split_ws, splits}, bf16, stream);
   return with_format(a.p, [&](auto f) {
     using F = decltype(f);
     return bf16 ? launch<F, __nv_bfloat16>(a, stream) : launch<F, __half>(a, stream);

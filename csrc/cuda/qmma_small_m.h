@@ -19,10 +19,18 @@ constexpr int kQmmaMidMaxRows = 1 << 20;
 const char* qmma_unsupported(const uqr_gemm_params& p, int rows, bool half_x, uintptr_t x_addr, uintptr_t w_addr,
                              int64_t w_row_stride);
 
+// Whether `rows` activation rows go to the mid-M kernel (above kQmmaMaxRows, and from 9 rows on,
+// where it splits K over CTAs) rather than the small-M one.
+bool mid_m_takes(int rows);
+
+// How many ways qmma_small_m splits K for this call (> 1: it needs split_ws).
+int qmma_splits(const uqr_gemm_params& p, int rows);
+
 // y = x W^T for bf16 (bf16 = true) or fp16 x and y, p.batch * p.M <= kQmmaMidMaxRows rows, through
-// p's strides; W rows `w_row_stride` bytes apart. Returns cudaErrorInvalidValue for an unsupported call.
+// p's strides; W rows `w_row_stride` bytes apart; with splits = qmma_splits(p, rows) > 1, split_ws
+// holds that many fp32 [batch * M][N] planes. Returns cudaErrorInvalidValue for an unsupported call.
 cudaError_t qmma_small_m(const void* x, const uint8_t* w, int64_t w_row_stride, void* y, const uqr_gemm_params& p,
-                         bool bf16, cudaStream_t stream);
+                         bool bf16, cudaStream_t stream, int splits = 1, float* split_ws = nullptr);
 
 // Hopper (sm_90a) weights-in-registers wgmma kernel (qmma_wgmma.cu) for any row count: the same
 // conditions as qmma_unsupported plus K a multiple of 64.

@@ -45,6 +45,14 @@ struct QmmaArgs {
   int rows;  // activation rows batch * M
 };
 
+// A launch whose grid may split K over gridDim.z: with splits > 1 each CTA writes its fp32 partial
+// sums to ws [splits][rows][N] and reduce_splits adds them up into y.
+struct SplitArgs {
+  QmmaArgs q;
+  float* ws;
+  int splits;
+};
+
 constexpr int kWarpRows = 16;  // weight rows per warp: the MMA's M side
 
 // A warp's 16 weight rows, one stage at a time, copied into a shared-memory slot where the stage's
@@ -453,6 +461,21 @@ __device__ __forceinline__ void x_frags(const T* p, uint32_t& b00, uint32_t& b01
   }
 }
 
+// A lane's x of one sub-block as global memory holds it (wide: elements 8c..8c+7; else 4c..4c+3 in
+// v.x, v.y and 16+4c..+3 in v.z, v.w) -> its B registers (b00, b01, b10, b11), as x_frags pairs them.
+template <class F>
+__device__ __forceinline__ uint4 frag_order(const uint4 v) {
+  uint4 o;
+  if constexpr (F::kWideX) {
+    xfrag(v.x, v.z, o.x, o.y);
+    xfrag(v.y, v.w, o.z, o.w);
+  } else {
+    xfrag(v.x, v.y, o.x, o.y);
+    xfrag(v.z, v.w, o.z, o.w);
+  }
+  return o;
+}
+
 // The T pair (v, v) of an fp32 scale, and T-pair arithmetic on packed registers.
 template <typename T>
 __device__ __forceinline__ uint32_t scale_pair(float v) {
@@ -520,7 +543,9 @@ __device__ __forceinline__ void a_fragments(const unsigned char* buf, int sb, in
   a1[0] = rg[2], a1[1] = rg8[2], a1[2] = rg[3], a1[3] = rg8[3];
 }
 
-template <class F, typename T, int NT, int U>
+// PX: x lies in shared memory in fragment order (the mid-M kernel's permuted staging): a lane's four
+// B registers of a sub-block are one 16-byte word at xst[t] + 32 u.
+template <class F, typename T, int NT, int U, bool PX = false>
 __device__ __forceinline__ void subblock_steps(const unsigned char* buf, int sb, int jb, int g, int c,
                                                const T* const (&xst)[NT], float (&acc)[NT][4]) {
   const typename F::Scales sg(buf + g * sb, jb), sg8(buf + (g + 8) * sb, jb);
@@ -531,7 +556,12 @@ __device__ __forceinline__ void subblock_steps(const unsigned char* buf, int sb,
 #pragma unroll
     for (int t = 0; t < NT; ++t) {
       uint32_t b00, b01, b10, b11;
-      x_frags<F, T>(xst[t] + 32 * u, b00, b01, b10, b11);
+      if constexpr (PX) {
+        const uint4 v = *reinterpret_cast<const uint4*>(xst[t] + 32 * u);
+        b00 = v.x, b01 = v.y, b10 = v.z, b11 = v.w;
+      } else {
+        x_frags<F, T>(xst[t] + 32 * u, b00, b01, b10, b11);
+      }
       mma16816<T>(acc[t], a0, b00, b01, acc[t]);
       mma16816<T>(acc[t], a1, b10, b11, acc[t]);
     }
@@ -542,14 +572,14 @@ __device__ __forceinline__ void subblock_steps(const unsigned char* buf, int sb,
 // 32-element sub-blocks U at a time. xst[t] = this lane's x at the stage's first sub-block,
 // advanced by pointer so each load is pointer + immediate; jb = jq * U keeps jb's low bits known
 // to the compiler, so (jb + u)'s parity (q4_k's nibble half) and 4-alignment fold to constants.
-template <class F, typename T, int NT, int U>
+template <class F, typename T, int NT, int U, bool PX = false>
 __device__ __forceinline__ void stage_steps(const unsigned char* buf, int g, int c, const T* (&xst)[NT],
                                             float (&acc)[NT][4]) {
   using Ring = RowRing<F>;
   static_assert((Ring::kStageBlocks * F::kSubs) % 4 == 0, "stages hold a multiple of 4 sub-blocks");
 #pragma unroll 1
   for (int jq = 0; jq < Ring::kStageBlocks * F::kSubs / U; ++jq) {
-    subblock_steps<F, T, NT, U>(buf, Ring::kStageBytes, jq * U, g, c, xst, acc);
+    subblock_steps<F, T, NT, U, PX>(buf, Ring::kStageBytes, jq * U, g, c, xst, acc);
 #pragma unroll
     for (int t = 0; t < NT; ++t) xst[t] += 32 * U;
   }
@@ -587,10 +617,67 @@ __device__ __forceinline__ void store_acc(const uqr_gemm_params& p, void* y, int
   }
 }
 
+// y = the sum of the splits' partial products. kVec: a thread adds 4 consecutive outputs of a row
+// (one 16-byte load a split, one 8-byte store; reduce_splits checks that y allows it), else one.
+// The splits are read 4 at a time, so their loads are in flight together: the kernel waits on L2
+// latency, not bandwidth (v68 ncu: 4 us for 16 x 14336 outputs at one split at a time).
+template <typename T, bool kVec>
+__global__ void reduce_splits_kernel(const SplitArgs sa) {
+  pdl_wait();  // the partial sums of the kernel before
+  const QmmaArgs& a = sa.q;
+  constexpr int V = kVec ? 4 : 1;
+  using Vals = typename std::conditional<kVec, float4, float>::type;
+  const int64_t plane = static_cast<int64_t>(a.rows) * a.p.N;
+  const int64_t idx = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) * V;
+  if (idx >= plane) return;
+  const Vals* src = reinterpret_cast<const Vals*>(sa.ws + idx);
+  const int64_t step = plane / V;
+  float v[V] = {};
+  auto add = [&](const Vals& w) {
+    if constexpr (kVec) {
+      v[0] += w.x, v[1] += w.y, v[2] += w.z, v[3] += w.w;
+    } else {
+      v[0] += w;
+    }
+  };
+  int s = 0;
+  for (; s + 4 <= sa.splits; s += 4) {
+    const Vals w0 = ld_after_wait(src + s * step), w1 = ld_after_wait(src + (s + 1) * step);
+    const Vals w2 = ld_after_wait(src + (s + 2) * step), w3 = ld_after_wait(src + (s + 3) * step);
+    add(w0), add(w1), add(w2), add(w3);
+  }
+  for (; s < sa.splits; ++s) add(ld_after_wait(src + s * step));
+  const int r = static_cast<int>(idx / a.p.N), n = static_cast<int>(idx - static_cast<int64_t>(r) * a.p.N);
+  const int b = r / a.p.M, m = r - b * a.p.M;
+  T* const y = static_cast<T*>(a.y) + uqr_y_offset(a.p, b, m, n);
+  if constexpr (kVec) {
+    *reinterpret_cast<uint2*>(y) = make_uint2(pack_pair<T>(v[0], v[1]), pack_pair<T>(v[2], v[3]));
+  } else {
+    *y = from_float<T>(v[0]);
+  }
+}
+
+// Launches the reduction of sa's splits (a programmatic dependent of the kernel that wrote them):
+// 4 outputs a thread where N, y's heads, strides and base keep every group of 4 contiguous and
+// 8-byte aligned.
+template <typename T>
+cudaError_t reduce_splits(const SplitArgs& sa, cudaStream_t stream) {
+  const uqr_gemm_params& p = sa.q.p;
+  const bool vec = p.N % 4 == 0 && p.y_head_dim % 4 == 0 && p.y_row_stride % 4 == 0 && p.y_batch_stride % 4 == 0 &&
+                   p.y_head_stride % 4 == 0 && reinterpret_cast<uintptr_t>(sa.q.y) % 8 == 0;
+  const int64_t threads = static_cast<int64_t>(sa.q.rows) * p.N / (vec ? 4 : 1);
+  const dim3 grid(static_cast<unsigned>((threads + 255) / 256));
+  return vec ? launch_ex(reduce_splits_kernel<T, true>, grid, dim3(256), 0, stream, sa)
+             : launch_ex(reduce_splits_kernel<T, false>, grid, dim3(256), 0, stream, sa);
+}
+
 }  // namespace qmma
 
-// More than kQmmaMaxRows activation rows (qmma_mid_m.cu); a's call already checked by qmma_unsupported.
-cudaError_t qmma_mid_m(const qmma::QmmaArgs& a, bool bf16, cudaStream_t stream);
+// The mid-M kernel (qmma_mid_m.cu): more than kQmmaMaxRows activation rows, and 9-16 rows with K
+// split over CTAs (mid_m_splits); sa's call already checked by qmma_unsupported.
+cudaError_t qmma_mid_m(const qmma::SplitArgs& sa, bool bf16, cudaStream_t stream);
+// How many ways the mid-M kernel splits K for this call (> 1: it needs the fp32 partials' ws).
+int mid_m_splits(const uqr_gemm_params& p, int rows);
 
 }  // namespace cuda
 }  // namespace uqr

@@ -284,11 +284,8 @@ struct WgDecode<Traits<UQR_Q4_K>, T, U> {
   }
 };
 
-struct WgArgs {
-  QmmaArgs q;     // q.x = the permuted scratch matrix [q.rows][K] (permute_x_kernel's output)
-  float* ws;      // splits > 1: fp32 partial sums [splits][rows][N], summed by reduce_splits_kernel
-  int splits;     // K split over gridDim.z
-};
+// q.x = the permuted scratch matrix [q.rows][K] (permute_x_kernel's output); K split over gridDim.z.
+using WgArgs = SplitArgs;
 
 // CTAS = CTAs meant to share an SM: 2 caps registers at 128 a thread (smaller batches, U = 2) and
 // shared memory at half, so 16 warps hide each other's latency instead of 8. Since the split rings
@@ -489,21 +486,6 @@ __global__ void __launch_bounds__(kWgWarps * 32, CTAS) qmma_wgmma_kernel(const W
 #endif
 }
 
-// y = the sum of the splits' partial products, one thread per output element.
-template <typename T>
-__global__ void reduce_splits_kernel(const WgArgs wa) {
-  pdl_wait();  // the wgmma kernel's partial sums
-  const QmmaArgs& a = wa.q;
-  const int64_t plane = static_cast<int64_t>(a.rows) * a.p.N;
-  const int64_t idx = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (idx >= plane) return;
-  float v = 0.f;
-  for (int s = 0; s < wa.splits; ++s) v += wa.ws[s * plane + idx];
-  const int r = static_cast<int>(idx / a.p.N), n = static_cast<int>(idx - static_cast<int64_t>(r) * a.p.N);
-  const int b = r / a.p.M, m = r - b * a.p.M;
-  static_cast<T*>(a.y)[uqr_y_offset(a.p, b, m, n)] = from_float<T>(v);
-}
-
 // The launch configuration: column tile BM (64 for few rows - less padding - and where 128 does not
 // fit, mlx4 g128's stage) and CTAs per SM. UQR_WGMMA_BM / UQR_WGMMA_CTAS override them for A/B
 // runs on the H200 (bench/h200_v18.sh).
@@ -555,8 +537,7 @@ cudaError_t launch_wgmma(const WgArgs& wa, cudaStream_t stream) {
     if (const cudaError_t e = launch_ex(qmma_wgmma_kernel<F, T, BM, CTAS>, grid, dim3(kWgWarps * 32), smem, stream, wa);
         e != cudaSuccess || wa.splits == 1)
       return e;
-    const int64_t outs = static_cast<int64_t>(wa.q.rows) * wa.q.p.N;
-    return launch_ex(reduce_splits_kernel<T>, dim3(static_cast<unsigned>((outs + 255) / 256)), dim3(256), 0, stream, wa);
+    return reduce_splits<T>(wa, stream);
   }
 }
 

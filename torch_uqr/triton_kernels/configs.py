@@ -57,6 +57,9 @@ VEC_AUTO_MAX_M = 0  # measured slower than gemv even at M = 1 (NOTES v2): auto n
 QMMA_MAX_ROWS = 16
 QMMA_SMALL_MAX_ROWS = 16
 QMMA_KERNEL_MAX_ROWS = 1 << 20  # the op's limit (kQmmaMidMaxRows): above 16 rows, qmma_mid_m.cu
+# From this many rows the op runs the mid-M kernel (x staged in shared memory by 16-byte copies): at
+# 9-16 rows with K split over CTAs (mid_m_takes in qmma_small_m.cu).
+QMMA_STAGED_X_MIN_ROWS = 9
 QMMA_ENABLED = True
 QMMA_FORMATS = ("q4_0", "q4_1", "q8_0", "q4_k", "mlx4", "var_affine", "exl3", "ternary")
 # Per-format row limit where the Triton fused kernel measured faster above it. Empty since v10

@@ -90,7 +90,8 @@ def qmma_fits(x: torch.Tensor, w: torch.Tensor, fmt: str, K: int, group_size: in
 
     They need bf16/fp16 x, 1..QMMA_KERNEL_MAX_ROWS rows, K (and a head-strided x's head dim) a
     multiple of their 256/512-element stage, 16-byte aligned weight rows, and x readable 8 bytes at
-    a time (16 above QMMA_SMALL_MAX_ROWS rows, where the mid-M kernel copies x in 16-byte pieces).
+    a time (16 from QMMA_STAGED_X_MIN_ROWS rows on, where the mid-M kernel copies x in 16-byte
+    pieces).
     Whether ``auto`` takes them is a separate, measured limit (configs.QMMA_MAX_ROWS).
     """
     if fmt not in configs.QMMA_FORMATS or x.dtype not in (torch.bfloat16, torch.float16):
@@ -103,7 +104,7 @@ def qmma_fits(x: torch.Tensor, w: torch.Tensor, fmt: str, K: int, group_size: in
         n *= 2
     if K % (n * elems) or w.data_ptr() % 16 or w.stride(0) % 16:
         return False
-    if not x.is_contiguous() or x.data_ptr() % (16 if rows > configs.QMMA_SMALL_MAX_ROWS else 8):
+    if not x.is_contiguous() or x.data_ptr() % (16 if rows >= configs.QMMA_STAGED_X_MIN_ROWS else 8):
         return False
     return not in_heads or x.shape[-1] % (n * elems) == 0  # a stage must not straddle x heads
 
