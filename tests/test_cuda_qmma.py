@@ -64,6 +64,22 @@ def test_qmma_split_k_rows(fmt: str, g: int) -> None:
             _check(_qmma(x, w, fmt, N, K, g), x.double() @ wref.t(), torch.bfloat16, f"{fmt} {N}x{K} M={M}")
 
 
+@pytest.mark.parametrize("splits", ["3", "12"])
+def test_qmma_split_k_forced_splits(splits: str) -> None:
+    """Split counts the default rule never picks (UQR_SPLIT16_SPLITS, read once, so each in a
+    process of its own): 3 (not a power of two: uneven stage ranges at K = 4096) and 12 (1-2 stages
+    a split at K = 4096; at K = 2816, 11 stages, capped at one stage a split)."""
+    import os
+    import subprocess
+    import sys
+    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:xdist", "-p", "no:cacheprovider",
+           f"{os.path.abspath(__file__)}::test_qmma_split_k_rows", "-k", "q4_0 or q4_k or mlx4 or exl3"]
+    res = subprocess.run(cmd, env={**os.environ, "UQR_SPLIT16_SPLITS": splits}, capture_output=True, text=True,
+                         timeout=600)
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-2000:]
+    assert " passed" in res.stdout and "skipped" not in res.stdout.splitlines()[-1], res.stdout[-2000:]
+
+
 @pytest.mark.parametrize("fmt", ["q4_0", "q4_k", "mlx4", "var_affine", "ternary"])
 def test_qmma_layouts(fmt: str) -> None:
     """Small-M rows (batch * M <= 16) in every layout."""
