@@ -39,7 +39,8 @@ def test_fits_alignment_and_stage() -> None:
     assert dispatch.qmma_fits(x, w, "q4_0", K, 0, False, 40)
     x8 = torch.randn(17 * K + 4, dtype=torch.bfloat16)[4:].view(17, K)  # base 8 bytes off 16
     assert x8.data_ptr() % 16 == 8
-    assert dispatch.qmma_fits(x8[:16], w, "q4_0", K, 0, False, 16), "small-M kernel loads 8 bytes"
+    assert dispatch.qmma_fits(x8[:8], w, "q4_0", K, 0, False, 8), "small-M kernel loads 8 bytes"
+    assert not dispatch.qmma_fits(x8[:9], w, "q4_0", K, 0, False, 9), "split-K mid-M kernel copies 16 bytes"
     assert not dispatch.qmma_fits(x8, w, "q4_0", K, 0, False, 17), "mid-M kernel copies 16 bytes"
     assert not dispatch.qmma_fits(x.float(), w, "q4_0", K, 0, False, 40), "fp32 x"
     assert not dispatch.qmma_fits(x, w, "q4_0", K, 0, False, configs.QMMA_KERNEL_MAX_ROWS + 1)
