@@ -48,6 +48,9 @@ for fmt, g in (("q4_k", 0), ("mlx4", 128), ("var_affine", 0)):  # 9-16 rows: K s
     gemm_triton(torch.randn(11, 4096, device="cuda", dtype=torch.bfloat16), w, fmt, 300, 4096, g, kernel="qmma")
     gemm_triton(torch.randn(2, 2, 8, 2048, device="cuda", dtype=torch.float16), w, fmt, 300, 4096, g,
                 out_heads=3, in_heads=True, kernel="qmma")
+for fmt, g in (("q4_0", 0), ("mlx4", 64)):  # 9-16 rows, stream-K over 71 row tiles (ranges cross tiles)
+    w = random_packed(fmt, 9000, 4096, g, seed=9, device="cuda")
+    gemm_triton(torch.randn(16, 4096, device="cuda", dtype=torch.bfloat16), w, fmt, 9000, 4096, g, kernel="qmma")
 for fmt, g in (("q4_0", 0), ("mlx4", 128), ("exl3", 0)):  # Hopper wgmma kernel: split K, heads, partial tiles
     w = random_packed(fmt, 37, 2048, g, seed=5, device="cuda")
     for rows in (17, 70, 130):

@@ -80,6 +80,40 @@ def test_qmma_split_k_forced_splits(splits: str) -> None:
     assert " passed" in res.stdout and "skipped" not in res.stdout.splitlines()[-1], res.stdout[-2000:]
 
 
+@pytest.mark.parametrize("fmt,g", [f for f in TC_FORMATS if f[0] in ("q4_0", "q4_k", "mlx4", "var_affine", "exl3")],
+                         ids=[i for f, i in zip(TC_FORMATS, TC_FORMAT_IDS) if f[0] in ("q4_0", "q4_k", "mlx4",
+                                                                                         "var_affine", "exl3")])
+def test_qmma_streamk_wide(fmt: str, g: int) -> None:
+    """9-16 rows deal all tiles' stages out to 2 CTAs an SM (stream-K): N = 9000 is 71 row tiles (the
+    last partial), so at K = 4096 (16 stages of 256, 8 of 512) most CTAs' ranges cross from one
+    tile into the next and a tile's sum has 3-9 pieces."""
+    from torch_uqr.triton_kernels.testing import random_packed, reference_dequantize
+    N, K = 9000, 4096
+    w = random_packed(fmt, N, K, g, seed=fresh_seed(), device="cuda")
+    wref = reference_dequantize(w, fmt, N, K, g)
+    for M in (9, 16):
+        x = torch.randn(M, K, device="cuda").to(torch.bfloat16)
+        _check(_qmma(x, w, fmt, N, K, g), x.double() @ wref.t(), torch.bfloat16, f"{fmt} {N}x{K} M={M}")
+
+
+@pytest.mark.parametrize("env", ["UQR_STREAMK_CTAS=4", "UQR_STREAMK_CTAS=7", "UQR_STREAMK_PER_SM=3",
+                                 "UQR_STREAMK=0"])
+def test_qmma_streamk_forced(env: str) -> None:
+    """Stream-K grids the default never picks (read once, so each in a process of its own): 4 and 7
+    CTAs for N = 300's 3 row tiles (ranges of 12 and ~7 stages crossing tiles at K = 4096), 3 an SM,
+    and stream-K off (K split in equal power-of-two ways)."""
+    import os
+    import subprocess
+    import sys
+    name, value = env.split("=")
+    here = os.path.abspath(__file__)
+    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:xdist", "-p", "no:cacheprovider",
+           f"{here}::test_qmma_split_k_rows", f"{here}::test_qmma_streamk_wide", "-k", "q4_0 or q4_k or mlx4 or exl3"]
+    res = subprocess.run(cmd, env={**os.environ, name: value}, capture_output=True, text=True, timeout=600)
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-2000:]
+    assert " passed" in res.stdout and "skipped" not in res.stdout.splitlines()[-1], res.stdout[-2000:]
+
+
 @pytest.mark.parametrize("fmt", ["q4_0", "q4_k", "mlx4", "var_affine", "ternary"])
 def test_qmma_layouts(fmt: str) -> None:
     """Small-M rows (batch * M <= 16) in every layout."""

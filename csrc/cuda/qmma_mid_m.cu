@@ -21,6 +21,8 @@
 #include "cuda_common.cuh"
 #include "qmma_traits.cuh"
 
+#include <algorithm>
+#include <cstdlib>
 #include <type_traits>
 
 namespace uqr {
@@ -83,16 +85,35 @@ __global__ void __launch_bounds__(kMidWarps * 32, (arch_minb<F, MINB, U>())) qmm
   const uqr_gemm_params& p = a.p;
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   const int g = lane >> 2, c = lane & 3;
-  const int row0 = blockIdx.x * (kMidWarps * kWarpRows) + warp * kWarpRows;
   const int col0 = blockIdx.y * kCols;
   T* xring = reinterpret_cast<T*>(smem);
   unsigned char* wring = smem + static_cast<size_t>(S) * kXSlot * sizeof(T) + static_cast<size_t>(warp) * S * Ring::kSlotBytes;
 
-  // This CTA's stages: its share of K when the grid splits K over gridDim.z.
+  // This CTA's stages: n_stages of them, the first n_first (all unless stream-K crosses a tile
+  // boundary) from stage st0 of row tile `tile`, the rest from stage 0 of the next tile; `plane`
+  // is where the first tile's partial sums go when K is split.
   const int n_all = p.K / Ring::kStageElems;
-  const int st0 = static_cast<int>(static_cast<int64_t>(n_all) * blockIdx.z / sa.splits);
-  const int n_stages = static_cast<int>(static_cast<int64_t>(n_all) * (blockIdx.z + 1) / sa.splits) - st0;
-  const Ring wr(a.w, a.w_row_stride, row0, p.N, st0, lane);
+  int tile, st0, n_stages, n_first, plane;
+  constexpr bool kStreamK = PX;  // only the 9-16-row launch (streamk_ctas) may deal stages out
+  if (kStreamK && sa.sk_ctas > 0) {
+    const int64_t units = static_cast<int64_t>((p.N + kSkTileRows - 1) / kSkTileRows) * n_all;
+    const int64_t u0 = sk_begin(blockIdx.x, sa.sk_ctas, units), u1 = sk_begin(blockIdx.x + 1, sa.sk_ctas, units);
+    tile = static_cast<int>(u0 / n_all);
+    st0 = static_cast<int>(u0 - static_cast<int64_t>(tile) * n_all);
+    n_stages = static_cast<int>(u1 - u0);
+    n_first = min(n_stages, n_all - st0);
+    plane = blockIdx.x - sk_cta_of(static_cast<int64_t>(tile) * n_all, sa.sk_ctas, units);
+  } else {
+    tile = blockIdx.x;
+    st0 = static_cast<int>(static_cast<int64_t>(n_all) * blockIdx.z / sa.splits);
+    n_stages = static_cast<int>(static_cast<int64_t>(n_all) * (blockIdx.z + 1) / sa.splits) - st0;
+    n_first = n_stages;
+    plane = blockIdx.z;
+  }
+  int row0 = tile * (kMidWarps * kWarpRows) + warp * kWarpRows;
+  // Stage of K that local stage i reads.
+  auto k_stage = [&](int i) { return i < n_first ? st0 + i : i - n_first; };
+  Ring wr(a.w, a.w_row_stride, row0, p.N, st0, lane);
   // This thread's x rows (activation rows past the last re-read it; never stored).
   const T* xsrc[kXCopies];
   const int piece = tid % kXPieces;
@@ -121,7 +142,7 @@ __global__ void __launch_bounds__(kMidWarps * 32, (arch_minb<F, MINB, U>())) qmm
     }
   }
   auto load_units = [&](int i, uint4 (&v)[kUnits]) {
-    const int64_t xo = x_stage_offset(p, (st0 + i) * Ring::kStageElems);
+    const int64_t xo = x_stage_offset(p, k_stage(i) * Ring::kStageElems);
 #pragma unroll
     for (int u = 0; u < kUnits; ++u) {
       if constexpr (F::kWideX) {
@@ -141,9 +162,12 @@ __global__ void __launch_bounds__(kMidWarps * 32, (arch_minb<F, MINB, U>())) qmm
   int slot_in = 0;
   auto issue = [&](int i) {
     if (i < n_stages) {
-      wr.copy(wring + slot_in * Ring::kSlotBytes, i, lane);
+      // Stream-K's second tile: the ring moves 128 rows on, to stage 0 (copies are issued in
+      // stage order, so this happens once, before its first copy).
+      if (kStreamK && i == n_first) wr = Ring(a.w, a.w_row_stride, row0 + kMidWarps * kWarpRows, p.N, 0, lane);
+      wr.copy(wring + slot_in * Ring::kSlotBytes, i < n_first ? i : i - n_first, lane);
       if constexpr (!PX) {
-        const int64_t xo = x_stage_offset(p, (st0 + i) * Ring::kStageElems);
+        const int64_t xo = x_stage_offset(p, k_stage(i) * Ring::kStageElems);
         T* dst = xdst0 + slot_in * kXSlot;
 #pragma unroll
         for (int u = 0; u < kXCopies; ++u) cp_async16(dst + u * kRowStep * kPitch, xsrc[u] + xo);
@@ -153,6 +177,17 @@ __global__ void __launch_bounds__(kMidWarps * 32, (arch_minb<F, MINB, U>())) qmm
     cp_async_commit();  // empty groups keep wait_group's count uniform
   };
 
+  // K split: this warp's fp32 partial sums of weight rows r0.. into plane `pl` of the workspace.
+  auto store_partial = [&](const float (&v)[NT][4], int r0, int pl) {
+    float* ws = sa.ws + static_cast<int64_t>(pl) * a.rows * p.N;
+#pragma unroll
+    for (int t = 0; t < NT; ++t)
+#pragma unroll
+      for (int q = 0; q < 4; ++q) {
+        const int n = r0 + g + (q >= 2 ? 8 : 0), r = col0 + t * 8 + 2 * c + (q & 1);
+        if (n < p.N && r < a.rows) ws[static_cast<int64_t>(r) * p.N + n] = v[t][q];
+      }
+  };
   float acc[NT][4];
 #pragma unroll
   for (int t = 0; t < NT; ++t)
@@ -185,6 +220,15 @@ __global__ void __launch_bounds__(kMidWarps * 32, (arch_minb<F, MINB, U>())) qmm
     stage_steps<F, T, NT, U, PX>(wring + slot_out * Ring::kSlotBytes, g, c, xst, acc);
     if (more) store_units((i + 1) % S, xnext);
     slot_out = slot_out == S - 1 ? 0 : slot_out + 1;
+    if (kStreamK && i + 1 == n_first && n_first < n_stages) {  // stream-K: the first tile's share is done
+      store_partial(acc, row0, plane);
+      row0 += kMidWarps * kWarpRows;
+      plane = 0;  // this CTA is the first to hold stages of the next tile
+#pragma unroll
+      for (int t = 0; t < NT; ++t)
+#pragma unroll
+        for (int q = 0; q < 4; ++q) acc[t][q] = 0.f;
+    }
   }
   cp_async_wait<0>();
 
@@ -195,14 +239,7 @@ __global__ void __launch_bounds__(kMidWarps * 32, (arch_minb<F, MINB, U>())) qmm
       for (int q = 0; q < 4; ++q) store_acc<T>(p, a.y, a.rows, row0, col0, g, c, t, q, acc[t][q]);
     return;
   }
-  float* ws = sa.ws + static_cast<int64_t>(blockIdx.z) * a.rows * p.N;
-#pragma unroll
-  for (int t = 0; t < NT; ++t)
-#pragma unroll
-    for (int q = 0; q < 4; ++q) {
-      const int n = row0 + g + (q >= 2 ? 8 : 0), r = col0 + t * 8 + 2 * c + (q & 1);
-      if (n < p.N && r < a.rows) ws[static_cast<int64_t>(r) * p.N + n] = acc[t][q];
-    }
+  store_partial(acc, row0, plane);
 }
 
 // 9-16 rows (two column tiles), where K is split over the grid so that the CTAs of a 16-row x tile
@@ -220,6 +257,11 @@ constexpr int split_u() {
   return F::kWideX || std::is_same<F, Traits<UQR_VAR_AFFINE>>::value ? 2 : 4;
 }
 
+inline int env_int(const char* name, int fallback) {
+  const char* e = getenv(name);
+  return e && e[0] ? atoi(e) : fallback;
+}
+
 template <class F, typename T, int NT, int MINB, int S, bool PX, int U = 2>
 cudaError_t launch_mid(const SplitArgs& sa, cudaStream_t stream) {
   constexpr size_t smem = mid_smem_bytes<F, NT, S, PX>();
@@ -227,8 +269,9 @@ cudaError_t launch_mid(const SplitArgs& sa, cudaStream_t stream) {
                                                        cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
   if (attr != cudaSuccess) return attr;
   const QmmaArgs& a = sa.q;
-  const dim3 grid((a.p.N + kMidWarps * kWarpRows - 1) / (kMidWarps * kWarpRows), (a.rows + 8 * NT - 1) / (8 * NT),
-                  sa.splits);
+  const dim3 grid = sa.sk_ctas > 0 ? dim3(sa.sk_ctas)
+                                   : dim3((a.p.N + kMidWarps * kWarpRows - 1) / (kMidWarps * kWarpRows),
+                                          (a.rows + 8 * NT - 1) / (8 * NT), sa.splits);
   if (const cudaError_t e = launch_ex(qmma_mid_m_kernel<F, T, NT, MINB, S, PX, U>, grid, dim3(kMidWarps * 32), smem,
                                       stream, sa);
       e != cudaSuccess || sa.splits == 1)
@@ -245,26 +288,29 @@ inline int pick_mid_nt(const QmmaArgs& a) {
   return row_ctas * ((a.rows + 63) / 64) >= sm_count() ? 8 : 4;
 }
 
+template <class F>
+int streamk_ctas(const uqr_gemm_params& p, int rows);
+
 template <class F, typename T>
 cudaError_t launch_mid_any(const SplitArgs& sa, cudaStream_t stream) {
   switch (pick_mid_nt(sa.q)) {
-    case 2: return launch_mid<F, T, 2, split_minb<F>(), kSplitStages, true, split_u<F>()>(sa, stream);
+    case 2: {
+      SplitArgs sk = sa;
+      if (const int ctas = sa.splits > 1 ? streamk_ctas<F>(sa.q.p, sa.q.rows) : 0; ctas > 0) {
+        sk.sk_ctas = ctas;
+        sk.sk_units = sa.q.p.K / RowRing<F>::kStageElems;
+      }
+      return launch_mid<F, T, 2, split_minb<F>(), kSplitStages, true, split_u<F>()>(sk, stream);
+    }
     case 4: return launch_mid<F, T, 4, mid_ctas_per_sm<F, 4>(), kMidStages, false>(sa, stream);
     default: return launch_mid<F, T, 8, mid_ctas_per_sm<F, 8>(), kMidStages, false>(sa, stream);
   }
 }
 
-// Splits of K at 9-16 rows: the most (powers of two) that keep the grid within one wave of the
-// CTAs an SM holds, with >= 2 stages a split. UQR_SPLIT16_SPLITS forces a count (A/B runs).
+// K split in equal power-of-two ways at 9-16 rows: the most that keep the grid within one wave of
+// the CTAs an SM holds, with >= 2 stages a split.
 template <class F>
-int splits_for(const uqr_gemm_params& p, int rows) {
-  if (rows > kQmmaMaxRows) return 1;
-  static const int forced = [] {
-    const char* e = getenv("UQR_SPLIT16_SPLITS");
-    return e ? atoi(e) : 0;
-  }();
-  const int n_stages = p.K / RowRing<F>::kStageElems;
-  if (forced > 0) return forced < n_stages ? forced : n_stages;
+int plain_splits(const uqr_gemm_params& p) {
   static const int per_sm = [] {
     constexpr size_t smem = mid_smem_bytes<F, 2, kSplitStages, true>();
     auto kernel = qmma_mid_m_kernel<F, __nv_bfloat16, 2, split_minb<F>(), kSplitStages, true, split_u<F>()>;
@@ -273,10 +319,48 @@ int splits_for(const uqr_gemm_params& p, int rows) {
     if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&fit, kernel, kMidWarps * 32, smem) != cudaSuccess) fit = 1;
     return fit > 0 ? fit : 1;
   }();
+  const int n_stages = p.K / RowRing<F>::kStageElems;
   const int tiles = (p.N + kMidWarps * kWarpRows - 1) / (kMidWarps * kWarpRows);
   int splits = 1;
   while (tiles * splits * 2 <= sm_count() * per_sm && n_stages / (splits * 2) >= 2) splits *= 2;
   return splits;
+}
+
+// Stream-K at 9-16 rows (0: off): a grid of UQR_STREAMK_PER_SM (default 2) CTAs an SM, or
+// UQR_STREAMK_CTAS, dealt equal ranges of all tiles' stages. With 2 K-splits of 112 row tiles
+// (14336 x 4096) 92 SMs held two CTAs and 40 one, so the SMs were busy 78 % of the kernel (ncu
+// v68); equal ranges give every SM the same work (v76: 16 rows, 3-9 % faster for every format).
+// By default (UQR_STREAMK=1) only where the power-of-two split leaves more than 5 % of those
+// CTA slots empty: the N = 4096 shapes' 256 CTAs (1.94 an SM) stay as measured (not timed with
+// stream-K); UQR_STREAMK=2 (or a forced grid) takes it everywhere, 0 nowhere. It needs more CTAs
+// than tiles (a range then spans at most two tiles) and >= 2 stages a CTA; forced splits turn it off.
+template <class F>
+int streamk_ctas(const uqr_gemm_params& p, int rows) {
+  static const int mode = env_int("UQR_STREAMK", 1), per_sm_env = env_int("UQR_STREAMK_PER_SM", 0),
+                   forced = env_int("UQR_STREAMK_CTAS", 0), forced_splits = env_int("UQR_SPLIT16_SPLITS", 0);
+  if (rows > kQmmaMaxRows || mode == 0 || forced_splits > 0) return 0;
+  const int64_t n_all = p.K / RowRing<F>::kStageElems;
+  const int64_t tiles = (p.N + kSkTileRows - 1) / kSkTileRows, units = tiles * n_all;
+  const int64_t slots = static_cast<int64_t>(sm_count()) * (per_sm_env > 0 ? per_sm_env : 2);
+  if (mode == 1 && forced == 0 && per_sm_env == 0 && tiles * plain_splits<F>(p) * 20 >= slots * 19) return 0;
+  const int64_t ctas = std::min<int64_t>(forced > 0 ? forced : slots, units / 2);
+  return ctas > tiles ? static_cast<int>(ctas) : 0;
+}
+
+// Splits of K at 9-16 rows (the workspace planes): stream-K's most pieces a tile can have, else
+// plain_splits. UQR_SPLIT16_SPLITS forces a count (A/B runs).
+template <class F>
+int splits_for(const uqr_gemm_params& p, int rows) {
+  if (rows > kQmmaMaxRows) return 1;
+  static const int forced = env_int("UQR_SPLIT16_SPLITS", 0);
+  const int n_stages = p.K / RowRing<F>::kStageElems;
+  if (forced > 0) return forced < n_stages ? forced : n_stages;
+  if (const int ctas = streamk_ctas<F>(p, rows); ctas > 0) {
+    // Ranges of >= L stages: a tile's n_stages meet at most (n_stages - 1) / L + 2 of them.
+    const int64_t units = static_cast<int64_t>((p.N + kSkTileRows - 1) / kSkTileRows) * n_stages;
+    return static_cast<int>((n_stages - 1) / (units / ctas) + 2);
+  }
+  return plain_splits<F>(p);
 }
 
 }  // namespace

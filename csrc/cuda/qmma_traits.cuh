@@ -47,13 +47,28 @@ struct QmmaArgs {
 
 // A launch whose grid may split K over gridDim.z: with splits > 1 each CTA writes its fp32 partial
 // sums to ws [splits][rows][N] and reduce_splits adds them up into y.
+// Stream-K (sk_ctas > 0, mid-M kernel at 9-16 rows): the grid is sk_ctas CTAs in x, and the
+// tiles' stages, numbered tile-major (sk_units a tile), are dealt out as equal contiguous ranges,
+// CTA c taking [c U / C, (c + 1) U / C); the pieces of a tile go to planes 0, 1, ... of ws in CTA
+// order (splits = planes allocated, at least the most pieces any tile has).
 struct SplitArgs {
   QmmaArgs q;
   float* ws;
   int splits;
+  int sk_ctas = 0;
+  int sk_units = 0;
 };
 
+// Stream-K: the CTA whose stage range holds global stage u (the last c with c U / C <= u).
+__host__ __device__ __forceinline__ int sk_cta_of(int64_t u, int ctas, int64_t units) {
+  return static_cast<int>(((u + 1) * ctas - 1) / units);
+}
+__host__ __device__ __forceinline__ int64_t sk_begin(int c, int ctas, int64_t units) {
+  return static_cast<int64_t>(c) * units / ctas;
+}
+
 constexpr int kWarpRows = 16;  // weight rows per warp: the MMA's M side
+constexpr int kSkTileRows = 128;  // weight rows of a stream-K tile: the mid-M kernel's 8 warps x 16
 
 // A warp's 16 weight rows, one stage at a time, copied into a shared-memory slot where the stage's
 // bytes lie row after row (pitch kStageBytes). Lane piece idx = lane + 32 u goes to slot + 16 idx:
@@ -640,14 +655,20 @@ __global__ void reduce_splits_kernel(const SplitArgs sa) {
       v[0] += w;
     }
   };
+  const int r = static_cast<int>(idx / a.p.N), n = static_cast<int>(idx - static_cast<int64_t>(r) * a.p.N);
+  int pieces = sa.splits;
+  if (sa.sk_ctas > 0) {  // this output's row tile has the pieces of the CTAs its stages went to
+    const int64_t t0 = static_cast<int64_t>(n / kSkTileRows) * sa.sk_units;
+    const int64_t all = static_cast<int64_t>((a.p.N + kSkTileRows - 1) / kSkTileRows) * sa.sk_units;
+    pieces = sk_cta_of(t0 + sa.sk_units - 1, sa.sk_ctas, all) - sk_cta_of(t0, sa.sk_ctas, all) + 1;
+  }
   int s = 0;
-  for (; s + 4 <= sa.splits; s += 4) {
+  for (; s + 4 <= pieces; s += 4) {
     const Vals w0 = ld_after_wait(src + s * step), w1 = ld_after_wait(src + (s + 1) * step);
     const Vals w2 = ld_after_wait(src + (s + 2) * step), w3 = ld_after_wait(src + (s + 3) * step);
     add(w0), add(w1), add(w2), add(w3);
   }
-  for (; s < sa.splits; ++s) add(ld_after_wait(src + s * step));
-  const int r = static_cast<int>(idx / a.p.N), n = static_cast<int>(idx - static_cast<int64_t>(r) * a.p.N);
+  for (; s < pieces; ++s) add(ld_after_wait(src + s * step));
   const int b = r / a.p.M, m = r - b * a.p.M;
   T* const y = static_cast<T*>(a.y) + uqr_y_offset(a.p, b, m, n);
   if constexpr (kVec) {
