@@ -86,7 +86,7 @@ def test_qmma_split_k_forced_splits(splits: str) -> None:
 def test_qmma_streamk_wide(fmt: str, g: int) -> None:
     """9-16 rows deal all tiles' stages out to 2 CTAs an SM (stream-K): N = 9000 is 71 row tiles (the
     last partial), so at K = 4096 (16 stages of 256, 8 of 512) most CTAs' ranges cross from one
-    tile into the next and a tile's sum has 3-9 pieces."""
+    tile into the next and a tile's sum has 4-5 pieces."""
     from torch_uqr.triton_kernels.testing import random_packed, reference_dequantize
     N, K = 9000, 4096
     w = random_packed(fmt, N, K, g, seed=fresh_seed(), device="cuda")

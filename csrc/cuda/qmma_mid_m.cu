@@ -32,6 +32,7 @@ namespace {
 using namespace qmma;
 
 constexpr int kMidWarps = 8;  // weight rows per CTA: 8 x 16
+static_assert(kMidWarps * kWarpRows == kSkTileRows, "stream-K's tiles are this kernel's CTAs");
 constexpr int kMidStages = 2;
 
 // x row pitch in shared memory (elements): the stage plus a pad that moves consecutive rows (the
@@ -96,7 +97,7 @@ __global__ void __launch_bounds__(kMidWarps * 32, (arch_minb<F, MINB, U>())) qmm
   int tile, st0, n_stages, n_first, plane;
   constexpr bool kStreamK = PX;  // only the 9-16-row launch (streamk_ctas) may deal stages out
   if (kStreamK && sa.sk_ctas > 0) {
-    const int64_t units = static_cast<int64_t>((p.N + kSkTileRows - 1) / kSkTileRows) * n_all;
+    const int64_t units = sk_all_units(p.N, n_all);
     const int64_t u0 = sk_begin(blockIdx.x, sa.sk_ctas, units), u1 = sk_begin(blockIdx.x + 1, sa.sk_ctas, units);
     tile = static_cast<int>(u0 / n_all);
     st0 = static_cast<int>(u0 - static_cast<int64_t>(tile) * n_all);
@@ -339,8 +340,8 @@ int streamk_ctas(const uqr_gemm_params& p, int rows) {
   static const int mode = env_int("UQR_STREAMK", 1), per_sm_env = env_int("UQR_STREAMK_PER_SM", 0),
                    forced = env_int("UQR_STREAMK_CTAS", 0), forced_splits = env_int("UQR_SPLIT16_SPLITS", 0);
   if (rows > kQmmaMaxRows || mode == 0 || forced_splits > 0) return 0;
-  const int64_t n_all = p.K / RowRing<F>::kStageElems;
-  const int64_t tiles = (p.N + kSkTileRows - 1) / kSkTileRows, units = tiles * n_all;
+  const int n_all = p.K / RowRing<F>::kStageElems;
+  const int64_t units = sk_all_units(p.N, n_all), tiles = units / n_all;
   const int64_t slots = static_cast<int64_t>(sm_count()) * (per_sm_env > 0 ? per_sm_env : 2);
   if (mode == 1 && forced == 0 && per_sm_env == 0 && tiles * plain_splits<F>(p) * 20 >= slots * 19) return 0;
   const int64_t ctas = std::min<int64_t>(forced > 0 ? forced : slots, units / 2);
@@ -357,7 +358,7 @@ int splits_for(const uqr_gemm_params& p, int rows) {
   if (forced > 0) return forced < n_stages ? forced : n_stages;
   if (const int ctas = streamk_ctas<F>(p, rows); ctas > 0) {
     // Ranges of >= L stages: a tile's n_stages meet at most (n_stages - 1) / L + 2 of them.
-    const int64_t units = static_cast<int64_t>((p.N + kSkTileRows - 1) / kSkTileRows) * n_stages;
+    const int64_t units = sk_all_units(p.N, n_stages);
     return static_cast<int>((n_stages - 1) / (units / ctas) + 2);
   }
   return plain_splits<F>(p);

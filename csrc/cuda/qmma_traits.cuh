@@ -59,6 +59,12 @@ struct SplitArgs {
   int sk_units = 0;
 };
 
+constexpr int kSkTileRows = 128;  // weight rows of a stream-K tile: the mid-M kernel's 8 warps x 16
+
+// Stream-K: all tiles' stages, sk_units (= stages) a tile.
+__host__ __device__ __forceinline__ int64_t sk_all_units(int N, int sk_units) {
+  return static_cast<int64_t>((N + kSkTileRows - 1) / kSkTileRows) * sk_units;
+}
 // Stream-K: the CTA whose stage range holds global stage u (the last c with c U / C <= u).
 __host__ __device__ __forceinline__ int sk_cta_of(int64_t u, int ctas, int64_t units) {
   return static_cast<int>(((u + 1) * ctas - 1) / units);
@@ -68,7 +74,6 @@ __host__ __device__ __forceinline__ int64_t sk_begin(int c, int ctas, int64_t un
 }
 
 constexpr int kWarpRows = 16;  // weight rows per warp: the MMA's M side
-constexpr int kSkTileRows = 128;  // weight rows of a stream-K tile: the mid-M kernel's 8 warps x 16
 
 // A warp's 16 weight rows, one stage at a time, copied into a shared-memory slot where the stage's
 // bytes lie row after row (pitch kStageBytes). Lane piece idx = lane + 32 u goes to slot + 16 idx:
@@ -659,7 +664,7 @@ __global__ void reduce_splits_kernel(const SplitArgs sa) {
   int pieces = sa.splits;
   if (sa.sk_ctas > 0) {  // this output's row tile has the pieces of the CTAs its stages went to
     const int64_t t0 = static_cast<int64_t>(n / kSkTileRows) * sa.sk_units;
-    const int64_t all = static_cast<int64_t>((a.p.N + kSkTileRows - 1) / kSkTileRows) * sa.sk_units;
+    const int64_t all = sk_all_units(a.p.N, sa.sk_units);
     pieces = sk_cta_of(t0 + sa.sk_units - 1, sa.sk_ctas, all) - sk_cta_of(t0, sa.sk_ctas, all) + 1;
   }
   int s = 0;
