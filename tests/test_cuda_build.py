@@ -21,14 +21,15 @@ NVCC = shutil.which("nvcc") or next(
 
 # (source, kernel name, instantiations per target): the tensor-core small-M kernel is 10
 # format/group variants (all eight formats, mlx4 at g = 32 / 64 / 128) x {bf16, fp16} x {1, 2}
-# column tiles; the mid-M kernel 10 x 2 x {2 (9-16 rows, split K), 4, 8} column tiles (of 8 activation rows); the
+# column tiles; the mid-M kernel 10 x 2 x {2 (9-16 rows, split K), 4, 8} column tiles (of 8 activation rows), plus
+# the 9-16-row build at 128 registers (UQR_STREAMK_REGS) for the 9 variants not already built so; the
 # decode-to-dense kernel 10 format/group variants x {bf16, fp16, fp32} outputs; the Hopper wgmma
 # kernel 10 x 2 x {64, 128} column tiles less mlx4 g128 at 128 (its stage does not fit shared memory),
 # plus 64-row tiles at two CTAs an SM for the 8 variants whose stages fit half the shared memory;
 # the int8-activation kernel q4_0 / q4_k x {bf16, fp16} x {one row (x staged, global, or global a
 # stage ahead in registers, or a block a column), 1 and 2 column tiles}, and mlx4 g = 32 / 64, ternary,
 # var_affine and exl3 x {bf16, fp16} in block columns.
-KERNELS = [("qmma_small_m.cu", "qmma_small_m_kernel", 40), ("qmma_mid_m.cu", "qmma_mid_m_kernel", 60),
+KERNELS = [("qmma_small_m.cu", "qmma_small_m_kernel", 40), ("qmma_mid_m.cu", "qmma_mid_m_kernel", 78),
            ("dequant.cu", "dequant_kernel", 30), ("qmma_wgmma.cu", "qmma_wgmma_kernel", 54),
            ("qmma_int8.cu", "qmma_int8_kernel", 34)]
 

@@ -97,19 +97,21 @@ def test_qmma_streamk_wide(fmt: str, g: int) -> None:
 
 
 @pytest.mark.parametrize("env", ["UQR_STREAMK_CTAS=4", "UQR_STREAMK_CTAS=7", "UQR_STREAMK_PER_SM=3",
-                                 "UQR_STREAMK=0"])
+                                 "UQR_STREAMK=0", "UQR_STREAMK=2 UQR_STREAMK_REGS=128"])
 def test_qmma_streamk_forced(env: str) -> None:
     """Stream-K grids the default never picks (read once, so each in a process of its own): 4 and 7
     CTAs for N = 300's 3 row tiles (ranges of 12 and ~7 stages crossing tiles at K = 4096), 3 an SM,
-    and stream-K off (K split in equal power-of-two ways)."""
+    stream-K off (K split in equal power-of-two ways), and stream-K everywhere with its kernel built
+    for 128 registers (every format: each has its own build there)."""
     import os
     import subprocess
     import sys
-    name, value = env.split("=")
+    envs = dict(kv.split("=") for kv in env.split())
+    formats = "" if "UQR_STREAMK_REGS" in envs else "q4_0 or q4_k or mlx4 or exl3"
     here = os.path.abspath(__file__)
     cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:xdist", "-p", "no:cacheprovider",
-           f"{here}::test_qmma_split_k_rows", f"{here}::test_qmma_streamk_wide", "-k", "q4_0 or q4_k or mlx4 or exl3"]
-    res = subprocess.run(cmd, env={**os.environ, name: value}, capture_output=True, text=True, timeout=600)
+           f"{here}::test_qmma_split_k_rows", f"{here}::test_qmma_streamk_wide", "-k", formats]
+    res = subprocess.run(cmd, env={**os.environ, **envs}, capture_output=True, text=True, timeout=600)
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-2000:]
     assert " passed" in res.stdout and "skipped" not in res.stdout.splitlines()[-1], res.stdout[-2000:]
 

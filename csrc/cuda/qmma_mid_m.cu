@@ -292,6 +292,15 @@ inline int pick_mid_nt(const QmmaArgs& a) {
 template <class F>
 int streamk_ctas(const uqr_gemm_params& p, int rows);
 
+// UQR_STREAMK_REGS=128 (A/B runs, not measured yet): the stream-K grid's kernel built for 2 CTAs an
+// SM (128 registers a thread) instead of the 3 the power-of-two split's grid needs (85). Stream-K
+// launches 2 an SM by default, so the 85-register cap buys it no residency; whether ptxas turns the
+// room into faster code (more loads in flight, fewer reloads) is the question.
+inline bool streamk_wide_regs() {
+  static const bool on = env_int("UQR_STREAMK_REGS", 85) == 128;
+  return on;
+}
+
 template <class F, typename T>
 cudaError_t launch_mid_any(const SplitArgs& sa, cudaStream_t stream) {
   switch (pick_mid_nt(sa.q)) {
@@ -300,6 +309,7 @@ cudaError_t launch_mid_any(const SplitArgs& sa, cudaStream_t stream) {
       if (const int ctas = sa.splits > 1 ? streamk_ctas<F>(sa.q.p, sa.q.rows) : 0; ctas > 0) {
         sk.sk_ctas = ctas;
         sk.sk_units = sa.q.p.K / RowRing<F>::kStageElems;
+        if (streamk_wide_regs()) return launch_mid<F, T, 2, 2, kSplitStages, true, split_u<F>()>(sk, stream);
       }
       return launch_mid<F, T, 2, split_minb<F>(), kSplitStages, true, split_u<F>()>(sk, stream);
     }
