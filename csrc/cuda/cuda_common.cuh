@@ -56,6 +56,12 @@ __device__ __forceinline__ V ld_after_wait(const V* p) {
   return __ldca(p);
 }
 
+// An integer switch from the environment (A/B runs on the H200): `fallback` when unset or empty.
+inline int env_int(const char* name, int fallback = 0) {
+  const char* e = std::getenv(name);
+  return e && e[0] ? std::atoi(e) : fallback;
+}
+
 // Whether launch_ex() launches as a programmatic dependent: an sm_90 device, and UQR_PDL not set
 // to 0 (A/B runs).
 inline bool pdl_enabled() {

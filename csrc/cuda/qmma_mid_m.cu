@@ -22,7 +22,6 @@
 #include "qmma_traits.cuh"
 
 #include <algorithm>
-#include <cstdlib>
 #include <type_traits>
 
 namespace uqr {
@@ -256,11 +255,6 @@ constexpr int split_minb() {
 template <class F>
 constexpr int split_u() {
   return F::kWideX || std::is_same<F, Traits<UQR_VAR_AFFINE>>::value ? 2 : 4;
-}
-
-inline int env_int(const char* name, int fallback) {
-  const char* e = getenv(name);
-  return e && e[0] ? atoi(e) : fallback;
 }
 
 template <class F, typename T, int NT, int MINB, int S, bool PX, int U = 2>

@@ -493,11 +493,6 @@ struct WgConfig {
   int bm, ctas;
 };
 
-inline int env_int(const char* name) {
-  const char* v = getenv(name);
-  return v ? atoi(v) : 0;
-}
-
 template <class F>
 WgConfig pick_config(int rows, int N) {
   static const int forced_bm = env_int("UQR_WGMMA_BM"), forced_ctas = env_int("UQR_WGMMA_CTAS");
