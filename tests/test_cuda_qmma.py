@@ -97,12 +97,14 @@ def test_qmma_streamk_wide(fmt: str, g: int) -> None:
 
 
 @pytest.mark.parametrize("env", ["UQR_STREAMK_CTAS=4", "UQR_STREAMK_CTAS=7", "UQR_STREAMK_PER_SM=3",
-                                 "UQR_STREAMK=0", "UQR_STREAMK=2 UQR_STREAMK_REGS=128"])
+                                 "UQR_STREAMK=0", "UQR_STREAMK=2 UQR_STREAMK_REGS=128",
+                                 "UQR_STREAMK_REGS=85"])
 def test_qmma_streamk_forced(env: str) -> None:
     """Stream-K grids the default never picks (read once, so each in a process of its own): 4 and 7
     CTAs for N = 300's 3 row tiles (ranges of 12 and ~7 stages crossing tiles at K = 4096), 3 an SM,
-    stream-K off (K split in equal power-of-two ways), and stream-K everywhere with its kernel built
-    for 128 registers (every format: each has its own build there)."""
+    stream-K off (K split in equal power-of-two ways), stream-K everywhere with its kernel built for
+    128 registers, and with the 85-register build that q4_k and exl3 no longer take by default
+    (every format for both: each has its own build there)."""
     import os
     import subprocess
     import sys

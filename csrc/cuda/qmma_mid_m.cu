@@ -286,13 +286,17 @@ inline int pick_mid_nt(const QmmaArgs& a) {
 template <class F>
 int streamk_ctas(const uqr_gemm_params& p, int rows);
 
-// UQR_STREAMK_REGS=128 (A/B runs, not measured yet): the stream-K grid's kernel built for 2 CTAs an
-// SM (128 registers a thread) instead of the 3 the power-of-two split's grid needs (85). Stream-K
-// launches 2 an SM by default, so the 85-register cap buys it no residency; whether ptxas turns the
-// room into faster code (more loads in flight, fewer reloads) is the question.
-inline bool streamk_wide_regs() {
-  static const bool on = env_int("UQR_STREAMK_REGS", 85) == 128;
-  return on;
+// The stream-K grid's kernel built for 2 CTAs an SM (128 registers a thread) instead of the 3 the
+// power-of-two split's grid needs (85): stream-K launches 2 an SM, so the 85 cap buys it no
+// residency. v77 (H100, 16 rows, 14336 x 4096, two rounds, us, 85 -> 128): q4_k 26.4 -> 25.2/25.1,
+// exl3 34.3/35.0 -> 32.5/32.7, the rest within +-3 % either way (q8_0 36.7 -> 37.0/37.4, ternary
+// 20.8/21.1 -> 21.4/20.9). So by default only q4_k and exl3, whose builds gain most registers
+// (80 -> 100 / 112); UQR_STREAMK_REGS=128 takes it for every format, =85 for none (A/B runs).
+template <class F>
+bool streamk_wide_regs() {
+  static const int mode = env_int("UQR_STREAMK_REGS", 0);
+  constexpr bool kGains = std::is_same<F, Traits<UQR_Q4_K>>::value || std::is_same<F, Traits<UQR_EXL3>>::value;
+  return mode == 128 || (mode != 85 && kGains);
 }
 
 template <class F, typename T>
@@ -303,7 +307,7 @@ cudaError_t launch_mid_any(const SplitArgs& sa, cudaStream_t stream) {
       if (const int ctas = sa.splits > 1 ? streamk_ctas<F>(sa.q.p, sa.q.rows) : 0; ctas > 0) {
         sk.sk_ctas = ctas;
         sk.sk_units = sa.q.p.K / RowRing<F>::kStageElems;
-        if (streamk_wide_regs()) return launch_mid<F, T, 2, 2, kSplitStages, true, split_u<F>()>(sk, stream);
+        if (streamk_wide_regs<F>()) return launch_mid<F, T, 2, 2, kSplitStages, true, split_u<F>()>(sk, stream);
       }
       return launch_mid<F, T, 2, split_minb<F>(), kSplitStages, true, split_u<F>()>(sk, stream);
     }
