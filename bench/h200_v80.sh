@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # v80 (session 26): the fused split-K fix-up at 9-16 rows (the CTA that completes a tile's count adds
 # its planes and writes y; no reduce_splits launch) against the reduce kernel (UQR_SPLIT_FIXUP=0).
+# Runs on commit 96971e2 only: the fix-up (and UQR_SPLIT_FIXUP) was removed after it (NOTES v80).
 # With the fix-up every format runs the 128-register stream-K kernel, so the A/B has three
 # configurations: fix-up (default), reduce with the previous default builds (off), reduce with the
 # 128-register build for all (off128: isolates the fix-up from the register change).

@@ -51,11 +51,10 @@ def test_qmma_every_m_and_dtype(fmt: str, g: int) -> None:
 
 @pytest.mark.parametrize("fmt,g", TC_FORMATS, ids=TC_FORMAT_IDS)
 def test_qmma_split_k_rows(fmt: str, g: int) -> None:
-    """9-16 rows run the mid-M kernel with K split over CTAs, added up by the CTA that finishes a
-    tile last (the fused fix-up) or by a reduce kernel (UQR_SPLIT_FIXUP=0): N = 300 gives 3
+    """9-16 rows run the mid-M kernel with K split over CTAs and a reduce kernel: N = 300 gives 3
     row tiles, so K = 4096 splits 8 ways (2 stages each; mlx4 g128 4 ways, 1 stage each), and
-    K = 2816 (11 stages of 256) splits unevenly; N = 301 is not a multiple of 4 (the reduce kernel
-    stores one output a thread) and leaves the last tile's warps partly past N."""
+    K = 2816 (11 stages of 256) splits unevenly; N = 301 is not a multiple of 4, so the reduce kernel
+    stores one output a thread."""
     from torch_uqr.triton_kernels.testing import random_packed, reference_dequantize
     for N, K in ((300, 4096), (301, 2816 if g != 128 else 3072)):
         w = random_packed(fmt, N, K, g, seed=fresh_seed(), device="cuda")
@@ -98,16 +97,14 @@ def test_qmma_streamk_wide(fmt: str, g: int) -> None:
 
 
 @pytest.mark.parametrize("env", ["UQR_STREAMK_CTAS=4", "UQR_STREAMK_CTAS=7", "UQR_STREAMK_PER_SM=3",
-                                 "UQR_STREAMK=0", "UQR_STREAMK=2", "UQR_SPLIT_FIXUP=0",
-                                 "UQR_STREAMK_REGS=85 UQR_SPLIT_FIXUP=0",
-                                 "UQR_STREAMK_REGS=128 UQR_SPLIT_FIXUP=0"])
+                                 "UQR_STREAMK=0", "UQR_STREAMK=2 UQR_STREAMK_REGS=128",
+                                 "UQR_STREAMK_REGS=85"])
 def test_qmma_streamk_forced(env: str) -> None:
     """Stream-K grids the default never picks (read once, so each in a process of its own): 4 and 7
     CTAs for N = 300's 3 row tiles (ranges of 12 and ~7 stages crossing tiles at K = 4096), 3 an SM,
-    stream-K off (K split in equal power-of-two ways, its planes added by the reduce kernel but for
-    mlx4 g128), stream-K everywhere, and the planes added by the reduce kernel instead of the fused
-    fix-up: with the default builds, the 85-register ones and the 128-register ones (every format for
-    the last two: each has its own build there)."""
+    stream-K off (K split in equal power-of-two ways), stream-K everywhere with its kernel built for
+    128 registers, and with the 85-register build that q4_k and exl3 no longer take by default
+    (every format for both: each has its own build there)."""
     import os
     import subprocess
     import sys
@@ -185,61 +182,3 @@ def test_qmma_mid_m(fmt: str, g: int) -> None:
 def test_qmma_mid_m_layouts(fmt: str) -> None:
     """Mid-M rows (33, 40, 140: partial column tiles, batch boundaries inside a tile) in every layout."""
     check_layouts(_qmma, fmt, 264, ((3, 11), (1, 40), (2, 70)))
-
-
-def test_qmma_split_fixup_counts_reset() -> None:
-    """The fused fix-up's tile counts are kept between calls (per stream) and must be back to zero
-    after each: repeated calls, calls on another stream and calls of other shapes in between (which
-    reuse the same counts) give the same bits. A count left non-zero would make the wrong CTA sum a
-    tile, or none: NaN-poisoned outputs or a different result."""
-    from torch_uqr.triton_kernels.testing import random_packed, reference_dequantize
-    cases = []
-    for fmt, g, N in (("q4_0", 0, 9000), ("mlx4", 128, 300), ("q4_k", 0, 14336), ("ternary", 0, 301)):
-        K = 4096
-        w = random_packed(fmt, N, K, g, seed=fresh_seed(), device="cuda")
-        x = torch.randn(16, K, device="cuda").to(torch.bfloat16)
-        y = _qmma(x, w, fmt, N, K, g)
-        _check(y, x.double() @ reference_dequantize(w, fmt, N, K, g).t(), torch.bfloat16, f"{fmt} {N}x{K}")
-        cases.append((fmt, g, N, K, w, x, y))
-    side = torch.cuda.Stream()
-    for _ in range(3):
-        for fmt, g, N, K, w, x, y in cases:
-            assert torch.equal(_qmma(x, w, fmt, N, K, g), y), f"{fmt} {N}x{K}: repeat differs"
-            side.wait_stream(torch.cuda.current_stream())
-            with torch.cuda.stream(side):
-                y_side = _qmma(x, w, fmt, N, K, g)
-            torch.cuda.current_stream().wait_stream(side)
-            assert torch.equal(y_side, y), f"{fmt} {N}x{K}: other stream differs"
-
-
-_BITS = """
-import sys, torch, torch_uqr
-from torch_uqr.triton_kernels.testing import random_packed
-out = {}
-for fmt, g, N in (("q4_0", 0, 9000), ("mlx4", 64, 300), ("exl3", 0, 14336), ("var_affine", 0, 301)):
-    w = random_packed(fmt, N, 4096, g, seed=int(sys.argv[2]), device="cuda")
-    x = torch.randn(16, 4096, generator=torch.Generator().manual_seed(int(sys.argv[2]))).to("cuda", torch.bfloat16)
-    out[fmt] = torch.ops.uqr._qmma_cuda(x, w, fmt, N, 4096, g, 0, False).cpu()
-torch.save(out, sys.argv[1])
-"""
-
-
-def test_qmma_split_fixup_bits_match_reduce_kernel(tmp_path) -> None:
-    """The fused fix-up adds a tile's planes in the reduce kernel's order, so y's bits are the same
-    with it on and off (UQR_SPLIT_FIXUP, read once: a process each), whichever CTA arrives last.
-    UQR_STREAMK_REGS=128 in both, so both run the same main kernel."""
-    import os
-    import subprocess
-    import sys
-    seed = str(fresh_seed())
-    ys = []
-    for fixup in ("1", "0"):
-        path = tmp_path / f"y{fixup}.pt"
-        env = {**os.environ, "UQR_SPLIT_FIXUP": fixup, "UQR_STREAMK_REGS": "128", "UQR_POISON": "1"}
-        res = subprocess.run([sys.executable, "-c", _BITS, str(path), seed], env=env, capture_output=True,
-                             text=True, timeout=300)
-        assert res.returncode == 0, res.stderr[-3000:]
-        ys.append(torch.load(path))
-    for fmt, y in ys[0].items():
-        assert not torch.isnan(y).any(), fmt
-        assert torch.equal(y, ys[1][fmt]), f"{fmt}: fused fix-up and reduce kernel differ"

@@ -5,9 +5,6 @@
 #ifdef UQR_WITH_CUDA
 #include <ATen/ATen.h>
 #include <algorithm>
-#include <map>
-#include <mutex>
-#include <utility>
 #include <c10/cuda/CUDAStream.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <torch/library.h>
@@ -56,20 +53,6 @@ at::Tensor run_op(const char* op, Unsupported unsupported, const at::Tensor& x, 
   return y;
 }
 
-// The split-K fix-up's tile counts (qmma_tile_counts) for calls on `stream`: zeroed once and kept
-// per (device, stream) - every call leaves them zero, so a call pays no memset, and calls on other
-// streams, which may run at the same time, use counts of their own. Never freed (the map outlives
-// the CUDA context at exit otherwise). First allocated inside a graph capture, the zeroing is part
-// of the graph.
-int* tile_counts(int64_t n, const at::Tensor& like, cudaStream_t stream) {
-  static std::mutex mu;
-  static auto* counts = new std::map<std::pair<int, cudaStream_t>, at::Tensor>();
-  const std::lock_guard<std::mutex> lock(mu);
-  at::Tensor& t = (*counts)[{like.get_device(), stream}];
-  if (!t.defined() || t.numel() < n) t = at::zeros({std::max<int64_t>(n, 4096)}, like.options().dtype(at::kInt));
-  return t.data_ptr<int>();
-}
-
 at::Tensor qmma_cuda(const at::Tensor& x, const at::Tensor& w, c10::string_view fmt, int64_t N, int64_t K,
                      int64_t group_size, int64_t out_heads, bool in_heads) {
   return run_op("uqr::_qmma_cuda", qmma_unsupported, x, w, fmt, N, K, group_size, out_heads, in_heads,
@@ -79,10 +62,8 @@ at::Tensor qmma_cuda(const at::Tensor& x, const at::Tensor& w, c10::string_view 
                     return qmma_small_m(plan.x_used.data_ptr(), w.data_ptr<uint8_t>(), w.stride(0), y.data_ptr(),
                                         plan.p, bf16, stream);
                   at::Tensor split_ws = at::empty({splits, rows, N}, x.options().dtype(at::kFloat));
-                  const int counts = qmma_tile_counts(plan.p, static_cast<int>(rows));
                   return qmma_small_m(plan.x_used.data_ptr(), w.data_ptr<uint8_t>(), w.stride(0), y.data_ptr(),
-                                      plan.p, bf16, stream, splits, split_ws.data_ptr<float>(),
-                                      counts > 0 ? tile_counts(counts, x, stream) : nullptr);
+                                      plan.p, bf16, stream, splits, split_ws.data_ptr<float>());
                 });
 }
 

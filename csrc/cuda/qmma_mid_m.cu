@@ -188,55 +188,6 @@ __global__ void __launch_bounds__(kMidWarps * 32, (arch_minb<F, MINB, U>())) qmm
         if (n < p.N && r < a.rows) ws[static_cast<int64_t>(r) * p.N + n] = v[t][q];
       }
   };
-  // Fused fix-up (sa.tile_count set): after a piece's partial sums are in their plane, the CTA whose
-  // arrival completes its tile's count adds the tile's planes up and writes y; the count goes back
-  // to zero for the next call, which the stream (and pdl_wait) orders behind this one. No CTA waits
-  // on another, so residency cannot deadlock it. The planes are added in plane order from zero, as
-  // reduce_splits adds them, so y's bits do not depend on which CTA arrived last.
-  // Only the 9-16-row builds for 2 CTAs an SM (128 registers) fuse it: in the 80-register ones
-  // (3 an SM, the power-of-two split) and at 17-64 rows its registers would spill the kernel.
-  constexpr bool kFusedFixup = kStreamK && MINB == 2;
-  __shared__ int last_arrival;
-  const int row_tiles = (p.N + kMidWarps * kWarpRows - 1) / (kMidWarps * kWarpRows);
-  auto finish_piece = [&](const float (&v)[NT][4], int r0, int pl, int t_row) {
-    store_partial(v, r0, pl);
-    if (!kFusedFixup || sa.tile_count == nullptr) return;
-    const int pieces = kStreamK && sa.sk_ctas > 0 ? sk_tile_pieces(t_row, p.N, n_all, sa.sk_ctas) : sa.splits;
-    int* const count = sa.tile_count + static_cast<int64_t>(blockIdx.y) * row_tiles + t_row;
-    __threadfence();  // release: this thread's partial sums before the CTA's arrival
-    __syncthreads();
-    if (tid == 0) {
-      const bool last = atomicAdd(count, 1) == pieces - 1;
-      if (last) {
-        *count = 0;
-        __threadfence();  // acquire: the other pieces' sums, for every thread past the barrier
-      }
-      last_arrival = last;
-    }
-    __syncthreads();
-    if (!last_arrival) return;
-    float sum[NT][4];
-#pragma unroll
-    for (int t = 0; t < NT; ++t)
-#pragma unroll
-      for (int q = 0; q < 4; ++q) sum[t][q] = 0.f;
-    for (int s = 0; s < pieces; ++s) {
-      const float* ws = sa.ws + static_cast<int64_t>(s) * a.rows * p.N;
-#pragma unroll
-      for (int t = 0; t < NT; ++t)
-#pragma unroll
-        for (int q = 0; q < 4; ++q) {
-          const int n = r0 + g + (q >= 2 ? 8 : 0), r = col0 + t * 8 + 2 * c + (q & 1);
-          // L2 loads (__ldcg): the other pieces were written by other SMs, whose stores L1 does not see.
-          const bool in = n < p.N && r < a.rows;
-          sum[t][q] += s == pl ? v[t][q] : in ? __ldcg(ws + static_cast<int64_t>(r) * p.N + n) : 0.f;
-        }
-    }
-#pragma unroll
-    for (int t = 0; t < NT; ++t)
-#pragma unroll
-      for (int q = 0; q < 4; ++q) store_acc<T>(p, a.y, a.rows, r0, col0, g, c, t, q, sum[t][q]);
-  };
   float acc[NT][4];
 #pragma unroll
   for (int t = 0; t < NT; ++t)
@@ -270,9 +221,8 @@ __global__ void __launch_bounds__(kMidWarps * 32, (arch_minb<F, MINB, U>())) qmm
     if (more) store_units((i + 1) % S, xnext);
     slot_out = slot_out == S - 1 ? 0 : slot_out + 1;
     if (kStreamK && i + 1 == n_first && n_first < n_stages) {  // stream-K: the first tile's share is done
-      finish_piece(acc, row0, plane, tile);
+      store_partial(acc, row0, plane);
       row0 += kMidWarps * kWarpRows;
-      ++tile;
       plane = 0;  // this CTA is the first to hold stages of the next tile
 #pragma unroll
       for (int t = 0; t < NT; ++t)
@@ -289,7 +239,7 @@ __global__ void __launch_bounds__(kMidWarps * 32, (arch_minb<F, MINB, U>())) qmm
       for (int q = 0; q < 4; ++q) store_acc<T>(p, a.y, a.rows, row0, col0, g, c, t, q, acc[t][q]);
     return;
   }
-  finish_piece(acc, row0, plane, tile);
+  store_partial(acc, row0, plane);
 }
 
 // 9-16 rows (two column tiles), where K is split over the grid so that the CTAs of a 16-row x tile
@@ -314,13 +264,12 @@ cudaError_t launch_mid(const SplitArgs& sa, cudaStream_t stream) {
                                                        cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
   if (attr != cudaSuccess) return attr;
   const QmmaArgs& a = sa.q;
-  const bool fused = PX && MINB == 2 && sa.tile_count != nullptr;  // the kernel's kFusedFixup
   const dim3 grid = sa.sk_ctas > 0 ? dim3(sa.sk_ctas)
                                    : dim3((a.p.N + kMidWarps * kWarpRows - 1) / (kMidWarps * kWarpRows),
                                           (a.rows + 8 * NT - 1) / (8 * NT), sa.splits);
   if (const cudaError_t e = launch_ex(qmma_mid_m_kernel<F, T, NT, MINB, S, PX, U>, grid, dim3(kMidWarps * 32), smem,
                                       stream, sa);
-      e != cudaSuccess || sa.splits == 1 || fused)
+      e != cudaSuccess || sa.splits == 1)
     return e;
   return reduce_splits<T>(sa, stream);
 }
@@ -343,7 +292,6 @@ int streamk_ctas(const uqr_gemm_params& p, int rows);
 // exl3 34.3/35.0 -> 32.5/32.7, the rest within +-3 % either way (q8_0 36.7 -> 37.0/37.4, ternary
 // 20.8/21.1 -> 21.4/20.9). So by default only q4_k and exl3, whose builds gain most registers
 // (80 -> 100 / 112); UQR_STREAMK_REGS=128 takes it for every format, =85 for none (A/B runs).
-// With the fused fix-up (on unless UQR_SPLIT_FIXUP=0) every format takes it: only it has the fix-up.
 template <class F>
 bool streamk_wide_regs() {
   static const int mode = env_int("UQR_STREAMK_REGS", 0);
@@ -359,9 +307,7 @@ cudaError_t launch_mid_any(const SplitArgs& sa, cudaStream_t stream) {
       if (const int ctas = sa.splits > 1 ? streamk_ctas<F>(sa.q.p, sa.q.rows) : 0; ctas > 0) {
         sk.sk_ctas = ctas;
         sk.sk_units = sa.q.p.K / RowRing<F>::kStageElems;
-        // The fused fix-up is built into the 128-register kernel only.
-        if (streamk_wide_regs<F>() || sa.tile_count != nullptr)
-          return launch_mid<F, T, 2, 2, kSplitStages, true, split_u<F>()>(sk, stream);
+        if (streamk_wide_regs<F>()) return launch_mid<F, T, 2, 2, kSplitStages, true, split_u<F>()>(sk, stream);
       }
       return launch_mid<F, T, 2, split_minb<F>(), kSplitStages, true, split_u<F>()>(sk, stream);
     }
@@ -428,27 +374,12 @@ int splits_for(const uqr_gemm_params& p, int rows) {
 
 }  // namespace
 
-// UQR_SPLIT_FIXUP=0: the split planes are added up by a reduce_splits launch instead of the fused
-// fix-up (A/B runs).
-bool fused_fixup() {
-  static const bool on = env_int("UQR_SPLIT_FIXUP", 1) != 0;
-  return on;
-}
-
 cudaError_t qmma_mid_m(const SplitArgs& sa, bool bf16, cudaStream_t stream) {
   if (sa.splits < 1 || (sa.splits > 1 && sa.ws == nullptr)) return cudaErrorInvalidValue;
-  SplitArgs run = sa;
-  if (sa.splits == 1 || !fused_fixup()) run.tile_count = nullptr;
-  return with_format(run.q.p, [&](auto f) {
+  return with_format(sa.q.p, [&](auto f) {
     using F = decltype(f);
-    return bf16 ? launch_mid_any<F, __nv_bfloat16>(run, stream) : launch_mid_any<F, __half>(run, stream);
+    return bf16 ? launch_mid_any<F, __nv_bfloat16>(sa, stream) : launch_mid_any<F, __half>(sa, stream);
   });
-}
-
-int mid_m_tile_counts(const uqr_gemm_params& p, int rows) {
-  if (!fused_fixup() || rows > kQmmaMaxRows || mid_m_splits(p, rows) == 1) return 0;
-  const int row_tiles = (p.N + kMidWarps * kWarpRows - 1) / (kMidWarps * kWarpRows);
-  return row_tiles * ((rows + 15) / 16);  // 9-16 rows: column tiles of 8 NT = 16
 }
 
 int mid_m_splits(const uqr_gemm_params& p, int rows) {

@@ -288,8 +288,6 @@ bool mid_m_takes(int rows) {
 
 int qmma_splits(const uqr_gemm_params& p, int rows) { return mid_m_takes(rows) ? mid_m_splits(p, rows) : 1; }
 
-int qmma_tile_counts(const uqr_gemm_params& p, int rows) { return mid_m_takes(rows) ? mid_m_tile_counts(p, rows) : 0; }
-
 const char* qmma_unsupported(const uqr_gemm_params& p, int rows, bool half_x, uintptr_t x_addr, uintptr_t w_addr,
                              int64_t w_row_stride) {
   if (!half_x) return "x must be bfloat16 or float16";
@@ -316,7 +314,7 @@ const char* qmma_unsupported(const uqr_gemm_params& p, int rows, bool half_x, ui
 }
 
 cudaError_t qmma_small_m(const void* x, const uint8_t* w, int64_t w_row_stride, void* y, const uqr_gemm_params& p,
-                         bool bf16, cudaStream_t stream, int splits, float* split_ws, int* tile_count) {
+                         bool bf16, cudaStream_t stream, int splits, float* split_ws) {
   const int rows = p.batch * p.M;
   if (qmma_unsupported(p, rows, true, reinterpret_cast<uintptr_t>(x), reinterpret_cast<uintptr_t>(w), w_row_stride))
     return cudaErrorInvalidValue;
@@ -327,11 +325,7 @@ cudaError_t qmma_small_m(const void* x, const uint8_t* w, int64_t w_row_stride, 
   a.w = w;
   a.w_row_stride = w_row_stride;
   a.rows = rows;
-  if (mid_m_takes(rows)) {
-    SplitArgs sa{a, split_ws, splits};
-    sa.tile_count = tile_count;
-    return qmma_mid_m(sa, bf16, stream);
-  }
+  if (mid_m_takes(rows)) return qmma_mid_m(SplitArgs{a, split_ws, splits}, bf16, stream);
   return with_format(a.p, [&](auto f) {
     using F = decltype(f);
     return bf16 ? launch<F, __nv_bfloat16>(a, stream) : launch<F, __half>(a, stream);

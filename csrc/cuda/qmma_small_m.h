@@ -26,18 +26,11 @@ bool mid_m_takes(int rows);
 // How many ways qmma_small_m splits K for this call (> 1: it needs split_ws).
 int qmma_splits(const uqr_gemm_params& p, int rows);
 
-// How many int tile counts the split call's fused fix-up needs (0: none; the planes are then added
-// by a second kernel). They must be zero before the call, which leaves them zero again; calls that
-// may run at the same time (other streams) need counts of their own.
-int qmma_tile_counts(const uqr_gemm_params& p, int rows);
-
 // y = x W^T for bf16 (bf16 = true) or fp16 x and y, p.batch * p.M <= kQmmaMidMaxRows rows, through
 // p's strides; W rows `w_row_stride` bytes apart; with splits = qmma_splits(p, rows) > 1, split_ws
-// holds that many fp32 [batch * M][N] planes, and tile_count qmma_tile_counts(p, rows) zeroed ints
-// (or nullptr: a separate reduce kernel). Returns cudaErrorInvalidValue for an unsupported call.
+// holds that many fp32 [batch * M][N] planes. Returns cudaErrorInvalidValue for an unsupported call.
 cudaError_t qmma_small_m(const void* x, const uint8_t* w, int64_t w_row_stride, void* y, const uqr_gemm_params& p,
-                         bool bf16, cudaStream_t stream, int splits = 1, float* split_ws = nullptr,
-                         int* tile_count = nullptr);
+                         bool bf16, cudaStream_t stream, int splits = 1, float* split_ws = nullptr);
 
 // Hopper (sm_90a) weights-in-registers wgmma kernel (qmma_wgmma.cu) for any row count: the same
 // conditions as qmma_unsupported plus K a multiple of 64.

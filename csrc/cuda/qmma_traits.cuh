@@ -51,15 +51,12 @@ struct QmmaArgs {
 // tiles' stages, numbered tile-major (sk_units a tile), are dealt out as equal contiguous ranges,
 // CTA c taking [c U / C, (c + 1) U / C); the pieces of a tile go to planes 0, 1, ... of ws in CTA
 // order (splits = planes allocated, at least the most pieces any tile has).
-// tile_count (mid-M kernel only; nullptr: a separate reduce_splits launch): one int a (row tile,
-// column tile), zero between calls; see qmma_mid_m.cu's fused fix-up.
 struct SplitArgs {
   QmmaArgs q;
   float* ws;
   int splits;
   int sk_ctas = 0;
   int sk_units = 0;
-  int* tile_count = nullptr;
 };
 
 constexpr int kSkTileRows = 128;  // weight rows of a stream-K tile: the mid-M kernel's 8 warps x 16
@@ -74,11 +71,6 @@ __host__ __device__ __forceinline__ int sk_cta_of(int64_t u, int ctas, int64_t u
 }
 __host__ __device__ __forceinline__ int64_t sk_begin(int c, int ctas, int64_t units) {
   return static_cast<int64_t>(c) * units / ctas;
-}
-// Stream-K: how many CTAs' ranges hold stages of row tile `tile` (its sum's pieces).
-__host__ __device__ __forceinline__ int sk_tile_pieces(int tile, int N, int sk_units, int ctas) {
-  const int64_t t0 = static_cast<int64_t>(tile) * sk_units, all = sk_all_units(N, sk_units);
-  return sk_cta_of(t0 + sk_units - 1, ctas, all) - sk_cta_of(t0, ctas, all) + 1;
 }
 
 constexpr int kWarpRows = 16;  // weight rows per warp: the MMA's M side
@@ -670,7 +662,11 @@ __global__ void reduce_splits_kernel(const SplitArgs sa) {
   };
   const int r = static_cast<int>(idx / a.p.N), n = static_cast<int>(idx - static_cast<int64_t>(r) * a.p.N);
   int pieces = sa.splits;
-  if (sa.sk_ctas > 0) pieces = sk_tile_pieces(n / kSkTileRows, a.p.N, sa.sk_units, sa.sk_ctas);
+  if (sa.sk_ctas > 0) {  // this output's row tile has the pieces of the CTAs its stages went to
+    const int64_t t0 = static_cast<int64_t>(n / kSkTileRows) * sa.sk_units;
+    const int64_t all = sk_all_units(a.p.N, sa.sk_units);
+    pieces = sk_cta_of(t0 + sa.sk_units - 1, sa.sk_ctas, all) - sk_cta_of(t0, sa.sk_ctas, all) + 1;
+  }
   int s = 0;
   for (; s + 4 <= pieces; s += 4) {
     const Vals w0 = ld_after_wait(src + s * step), w1 = ld_after_wait(src + (s + 1) * step);
@@ -708,8 +704,6 @@ cudaError_t reduce_splits(const SplitArgs& sa, cudaStream_t stream) {
 cudaError_t qmma_mid_m(const qmma::SplitArgs& sa, bool bf16, cudaStream_t stream);
 // How many ways the mid-M kernel splits K for this call (> 1: it needs the fp32 partials' ws).
 int mid_m_splits(const uqr_gemm_params& p, int rows);
-// Tile counts the mid-M kernel's fused fix-up needs for this call (0: none, no fix-up).
-int mid_m_tile_counts(const uqr_gemm_params& p, int rows);
 
 }  // namespace cuda
 }  // namespace uqr
