@@ -8,13 +8,13 @@ import os
 import torch
 
 import torch_uqr as uqr
+from torch_uqr.formats import table as format_table
 
 # The format registry (torch_uqr.formats the attribute is the formats() function).
 uqr_formats = importlib.import_module("torch_uqr.formats")
 
-# (fmt, group_size): every format, mlx4 at each group size.
-FORMAT_CASES = [("q4_0", None), ("q4_1", None), ("q8_0", None), ("q4_k", None), ("mlx4", 32),
-                ("mlx4", 64), ("mlx4", 128), ("var_affine", None), ("exl3", None), ("ternary", None)]
+# (fmt, group_size): every format of the format table, a grouped one at each group size.
+FORMAT_CASES = format_table.format_cases()
 FORMAT_IDS = [f if g is None else f"{f}-g{g}" for f, g in FORMAT_CASES]
 
 # Max-abs error relative to max |reference|: fp32 is accumulation error only; fp16/bf16 add the

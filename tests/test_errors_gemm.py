@@ -71,9 +71,9 @@ def test_in_heads_wrong_rank_or_size(q4):
 
 
 def test_path_and_format_arguments(q4):
-    with pytest.raises(ValueError, match="path='vec' .* only for fmt='ternary'"):
+    with pytest.raises(ValueError, match="path='vec' .* supports fmt 'ternary', not 'q4_0'"):
         uqr.gemm(randn(2, 256), q4, path="vec")
-    with pytest.raises(RuntimeError, match="path='vec' .* only for fmt='ternary'"):
+    with pytest.raises(RuntimeError, match="path='vec' .* supports fmt 'ternary', not 'q4_0'"):
         raw(randn(2, 256), q4.data, path="vec")
     with pytest.raises(ValueError, match="path: expected one of"):
         uqr.gemm(randn(2, 256), q4, path="fast")

@@ -9,11 +9,15 @@ step of each x element times |w|, summed: int8_rounding_bound). Outputs are NaN-
 """
 from __future__ import annotations
 
+import re
+
 import numpy as np
+
 import pytest
 import torch
 
 import torch_uqr as uqr
+from torch_uqr.formats import table
 from gemm_helpers import SEED, assert_close, int8_reference, int8_x_span, randn, reference, rows_of, weights
 
 N_ODD = 70  # crosses the 4-row tiles and the 64-row work units
@@ -103,14 +107,16 @@ def test_int8_auto_is_unchanged():
 
 def test_int8_errors():
     qt8, _ = weights("q8_0", None, 48, 256)
-    with pytest.raises(ValueError, match="path='int8' .*supports fmt 'q4_0', 'q4_k', 'mlx4', 'ternary', 'var_affine', "
-                                         "'exl3', not 'q8_0'"):
+    # Python and C++ list the same formats, both from the format table.
+    int8 = table.names_with_path("int8", "cpu")
+    assert "q4_k" in int8 and "q8_0" not in int8
+    listed = re.escape(table.quoted_names(int8))
+    with pytest.raises(ValueError, match=f"path='int8' .*supports fmt {listed}, not 'q8_0'"):
         uqr.gemm(randn(2, 256), qt8, path="int8")
-    with pytest.raises(RuntimeError, match="path='int8' .*supports fmt 'q4_0', 'q4_k', 'mlx4', 'ternary', 'var_affine' "
-                                           "and 'exl3', not 'q8_0'"):
+    with pytest.raises(RuntimeError, match=f"path='int8' .*supports fmt {listed}, not 'q8_0'"):
         torch.ops.uqr.gemm(randn(2, 256), qt8.data, "q8_0", 48, 256, 0, 0, False, "int8")
     q4, _ = weights("q4_0", None, 48, 256)
-    with pytest.raises(ValueError, match="path='int8' exists only for CPU and CUDA tensors.*metal-emu"):
+    with pytest.raises(ValueError, match="path='int8' for fmt 'q4_0' exists only on the cpu and cuda backends.*metal-emu"):
         uqr.gemm(randn(2, 256), q4, path="int8", backend="metal-emu")
     meta_q4 = uqr.QTensor(q4.data.to("meta"), "q4_0", (48, 256))
     with pytest.raises(ValueError, match="path='int8' exists only for CPU and CUDA tensors.*meta"):

@@ -29,13 +29,14 @@ from typing import Callable, Optional
 import torch
 
 from . import ops
+from .formats import table as format_table
 from .qtensor import QTensor, dequantize
 
 # llama.cpp's own CPU kernels (ggml, native flags) on the 2-core dev machine, 4096 x 4096, ms
 # (issue 3); torch's fp32 matmul on dense weights measured there too.
 LLAMA_CPP_MS = {"q4_0": {1: 0.36, 16: 5.7, 128: 47.0, 512: 191.0},
                 "q4_k": {1: 0.29, 16: 3.9, 128: 33.0, 512: 131.0}}
-DEFAULT_FORMATS = ("q4_0", "q4_1", "q8_0", "q4_k", "mlx4", "var_affine", "exl3", "ternary")
+DEFAULT_FORMATS = format_table.NAMES
 MLX4_DEFAULT_GROUP = 64
 INT8_MAX_M = 8  # path "int8" is a small-M (decode) kernel; larger M is benched through "auto" only
 

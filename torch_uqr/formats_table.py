@@ -6,16 +6,14 @@ import time
 
 import torch
 
-from .qtensor import dequantize, formats, quantize
+from .formats import table as format_table
+from .qtensor import dequantize, quantize
 
 __all__ = ["main", "measure"]
 
 
 def _rows() -> list[tuple[str, int | None]]:
-    rows = []
-    for fmt in formats():
-        rows += [(fmt, g) for g in (32, 64, 128)] if fmt == "mlx4" else [(fmt, None)]
-    return rows
+    return format_table.format_cases()
 
 
 def _rel_rms(approx: torch.Tensor, exact: torch.Tensor) -> float:

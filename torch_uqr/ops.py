@@ -14,19 +14,20 @@ from typing import Any, Optional
 import torch
 
 from . import layout
+from .formats import table
 
 __all__ = ["gemm", "FORMATS", "PATHS", "op_available"]
 
 SCHEMA = ("uqr::gemm(Tensor x, Tensor w, str fmt, int N, int K, int group_size, int out_heads, "
           "bool in_heads, str path) -> Tensor")
-FORMATS = ("q4_0", "q4_1", "q8_0", "q4_k", "mlx4", "var_affine", "exl3", "ternary")
-PATHS = ("auto", "mma", "vec", "int8")
-# Formats that path "int8" (int8 activations, integer dot products) handles, and the devices that
-# have it (the Metal shaders do not).
-INT8_FORMATS = ("q4_0", "q4_k", "mlx4", "ternary", "var_affine", "exl3")
-INT8_DEVICES = ("cpu", "cuda")
+FORMATS = table.NAMES
+PATHS = table.PATHS
+# The backend whose kernels serve a device type ("mps" and backend="metal-emu" run the Metal shaders).
+_BACKEND_OF_DEVICE = {"cpu": "cpu", "cuda": "cuda", "mps": "metal"}
 ACTIVATION_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 BACKENDS = (None, "metal-emu")
+_ALWAYS_PATHS = ("auto", "mma")
+_PATH_WORDS = {"vec": "add/subtract", "int8": "int8 activations"}
 
 _load_error: Optional[BaseException] = None
 _cuda_error: Optional[BaseException] = None
@@ -66,7 +67,7 @@ def _check_qtensor(qt: Any) -> None:
         if not hasattr(qt, attr):
             raise TypeError(f"qt: expected a torch_uqr.QTensor, got {type(qt).__name__} (no .{attr})")
     if qt.fmt not in FORMATS:
-        raise ValueError(f"qt: unknown format {qt.fmt!r}; expected one of {', '.join(FORMATS)}")
+        raise ValueError(f"qt: unknown format {qt.fmt!r}; expected one of {table.quoted_names(FORMATS)}")
 
 
 def gemm(x: torch.Tensor, qt: Any, out_heads: Optional[int] = None, in_heads: bool = False,
@@ -114,17 +115,22 @@ def gemm(x: torch.Tensor, qt: Any, out_heads: Optional[int] = None, in_heads: bo
     path = "auto" if path is None else path
     if path not in PATHS:
         raise ValueError(f"path: expected one of {PATHS}, got {path!r}")
-    if path == "vec" and qt.fmt != "ternary":
-        raise ValueError(f"path='vec' (add/subtract) exists only for fmt='ternary', not {qt.fmt!r}")
-    if path == "int8" and qt.fmt not in INT8_FORMATS:
-        raise ValueError(f"path='int8' (int8 activations) supports fmt {', '.join(map(repr, INT8_FORMATS))}, "
-                         f"not {qt.fmt!r}")
-    group_size = int(qt.group_size) if qt.fmt == "mlx4" else 0
     if backend not in BACKENDS:
         raise ValueError(f"backend: expected None or 'metal-emu', got {backend!r}")
-    if path == "int8" and (backend is not None or x.device.type not in INT8_DEVICES):
-        where = backend if backend is not None else x.device.type
-        raise ValueError(f"path='int8' exists only for CPU and CUDA tensors with backend=None, not on {where!r}")
+    row = table.spec(qt.fmt)
+    where = backend if backend is not None else x.device.type
+    kernels = "metal" if backend == "metal-emu" else _BACKEND_OF_DEVICE.get(x.device.type)
+    if path not in _ALWAYS_PATHS:
+        # Which formats have the path anywhere, then whether this backend has it for this format.
+        have = [f for f in table.NAMES if any(path in table.spec(f).paths(b) for b in table.BACKENDS)]
+        if qt.fmt not in have:
+            raise ValueError(f"path={path!r} ({_PATH_WORDS[path]}) supports fmt {table.quoted_names(have)}, "
+                             f"not {qt.fmt!r}")
+        if kernels is not None and path not in row.paths(kernels):
+            on = [b for b in table.BACKENDS if path in row.paths(b)]
+            raise ValueError(f"path={path!r} for fmt {qt.fmt!r} exists only on the {' and '.join(on)} "
+                             f"backends with backend=None, not on {where!r}")
+    group_size = int(qt.group_size) if row.grouped else 0
     if backend == "metal-emu":
         from . import metal_emu
         return metal_emu.gemm(x, w, qt.fmt, N, K, group_size, heads, in_heads, path)

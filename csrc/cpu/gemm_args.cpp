@@ -16,10 +16,21 @@ struct FormatName {
   int fmt;
 };
 
-constexpr FormatName kFormats[] = {
-    {"q4_0", UQR_Q4_0}, {"q4_1", UQR_Q4_1}, {"q8_0", UQR_Q8_0}, {"q4_k", UQR_Q4_K},
-    {"mlx4", UQR_MLX4}, {"var_affine", UQR_VAR_AFFINE}, {"exl3", UQR_EXL3}, {"ternary", UQR_TERNARY},
-};
+#define UQR_NAME_ENTRY(id, name) {name, id},
+#define UQR_ID_ENTRY(id, name) id,
+constexpr FormatName kFormats[] = {UQR_FORMAT_LIST(UQR_NAME_ENTRY)};
+// The formats with the optional paths on the CPU (format_table.h, from the format table).
+constexpr int kVecFormats[] = {UQR_VEC_CPU_LIST(UQR_ID_ENTRY)};
+constexpr int kInt8Formats[] = {UQR_INT8_CPU_LIST(UQR_ID_ENTRY)};
+#undef UQR_NAME_ENTRY
+#undef UQR_ID_ENTRY
+
+template <size_t n>
+bool contains(const int (&ids)[n], int fmt) {
+  for (int id : ids)
+    if (id == fmt) return true;
+  return false;
+}
 
 // Stride that walks the flattened leading dims, or -1 if they do not collapse to one stride.
 int64_t leading_dims_stride(at::IntArrayRef sizes, at::IntArrayRef strides) {
@@ -40,8 +51,7 @@ int64_t leading_dims_stride(at::IntArrayRef sizes, at::IntArrayRef strides) {
 int format_from_name(c10::string_view fmt) {
   for (const auto& f : kFormats)
     if (fmt == f.name) return f.fmt;
-  UQR_CHECK(false, "uqr::gemm: fmt: unknown format '", std::string(fmt),
-            "'; expected one of q4_0, q4_1, q8_0, q4_k, mlx4, var_affine, exl3, ternary");
+  UQR_CHECK(false, "uqr::gemm: fmt: unknown format '", std::string(fmt), "'; expected one of " UQR_FORMAT_NAMES);
   return -1;
 }
 
@@ -92,13 +102,11 @@ GemmPlan plan_gemm(const at::Tensor& x_in, const at::Tensor& w, c10::string_view
   else if (path == "vec") gp = GemmPath::kVec;
   else if (path == "int8") gp = GemmPath::kInt8;
   else UQR_CHECK(false, "uqr::gemm: path: expected 'auto', 'mma', 'vec' or 'int8', got '", std::string(path), "'");
-  UQR_CHECK(gp != GemmPath::kVec || fmt == UQR_TERNARY,
-            "uqr::gemm: path='vec' (add/subtract) exists only for fmt='ternary', not '",
+  UQR_CHECK(gp != GemmPath::kVec || contains(kVecFormats, fmt),
+            "uqr::gemm: path='vec' (add/subtract) supports fmt " UQR_VEC_CPU_NAMES ", not '",
             std::string(fmt_name), "'");
-  UQR_CHECK(gp != GemmPath::kInt8 || fmt == UQR_Q4_0 || fmt == UQR_Q4_K || fmt == UQR_MLX4 || fmt == UQR_TERNARY ||
-                fmt == UQR_VAR_AFFINE || fmt == UQR_EXL3,
-            "uqr::gemm: path='int8' (int8 activations) supports fmt 'q4_0', 'q4_k', 'mlx4', 'ternary', 'var_affine' "
-            "and 'exl3', not '",
+  UQR_CHECK(gp != GemmPath::kInt8 || contains(kInt8Formats, fmt),
+            "uqr::gemm: path='int8' (int8 activations) supports fmt " UQR_INT8_CPU_NAMES ", not '",
             std::string(fmt_name), "'");
 
   const int64_t rank = x_in.dim();

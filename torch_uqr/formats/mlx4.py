@@ -10,19 +10,15 @@ import torch
 from ._bytes import as_blocks, f16_field, random_f16, read_codes, read_f16, write_codes
 from ._checks import f16_or_raise, require_finite_f16
 from ._fit import affine_codes, fit_affine
+from .table import BY_NAME
 
 NAME = "mlx4"
-GROUP_SIZES = (32, 64, 128)
-DEFAULT_GROUP_SIZE = 64
-BLOCK = DEFAULT_GROUP_SIZE
-BLOCK_BYTES = 4 + DEFAULT_GROUP_SIZE // 2
-
-
-def layout(group_size: int) -> tuple[int, int]:
-    """(elements, bytes) of one block for group size ``group_size``."""
-    if group_size not in GROUP_SIZES:
-        raise ValueError(f"mlx4: group_size must be one of {GROUP_SIZES}, got {group_size!r}")
-    return group_size, 4 + group_size // 2
+_ROW = BY_NAME[NAME]
+GROUP_SIZES = _ROW.group_sizes
+DEFAULT_GROUP_SIZE = _ROW.default_group_size
+BLOCK = _ROW.block
+BLOCK_BYTES = _ROW.block_bytes
+layout = _ROW.layout  # (elements, bytes) of one block for group size ``group_size``
 
 
 def quantize(w: torch.Tensor, group_size: int = DEFAULT_GROUP_SIZE) -> torch.Tensor:

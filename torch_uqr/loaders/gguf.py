@@ -18,6 +18,7 @@ from typing import Any, Iterator, Union
 import numpy as np
 import torch
 
+from ..formats import table as format_table
 from ..qtensor import QTensor
 from ._checks import BoundedReader
 
@@ -25,7 +26,7 @@ from ._checks import BoundedReader
 _FIXED_VALUE_BYTES = {0: 1, 1: 1, 2: 2, 3: 2, 4: 4, 5: 4, 6: 4, 7: 1, 10: 8, 11: 8, 12: 8}
 _STRING, _ARRAY = 8, 9
 _MAX_DIMS = 4  # GGML_MAX_DIMS
-_NATIVE = {"Q4_0": "q4_0", "Q4_1": "q4_1", "Q8_0": "q8_0", "Q4_K": "q4_k"}
+_NATIVE = {f.gguf_type: f.name for f in format_table.TABLE if f.gguf_type}
 _TERNARY = ("TQ1_0", "TQ2_0")
 _FLOAT = {"F32": torch.float32, "F16": torch.float16, "F64": torch.float64}
 

@@ -1,5 +1,5 @@
-// Block layouts and decoders of every torch-uqr weight format: the single C-family definition of
-// ../shared/formats-spec.md, included by the CPU kernels, the Metal shaders (and so the emulator)
+// Block layouts and decoders of every torch-uqr weight format: the C-family definition of the
+// byte layouts in docs/formats.md, included by the CPU kernels, the Metal shaders (and so the emulator)
 // and any CUDA C++. The Python reference decoders in torch_uqr/formats/ are the other half of the
 // contract; the tests hold the two equal.
 //
@@ -11,34 +11,9 @@
 #pragma once
 #include "platform.h"
 
-enum uqr_format {
-  UQR_Q4_0 = 0,
-  UQR_Q4_1 = 1,
-  UQR_Q8_0 = 2,
-  UQR_Q4_K = 3,
-  UQR_MLX4 = 4,
-  UQR_VAR_AFFINE = 5,
-  UQR_EXL3 = 6,
-  UQR_TERNARY = 7,
-  UQR_NUM_FORMATS = 8
-};
+// Format ids, block sizes, names and capability lists: generated from torch_uqr/formats/table.py.
+#include "format_table.h"
 
-// Elements and bytes per block. mlx4's block is its group: 4 + g/2 bytes.
-#define UQR_Q4_0_BLOCK 32
-#define UQR_Q4_0_BYTES 18
-#define UQR_Q4_1_BLOCK 32
-#define UQR_Q4_1_BYTES 20
-#define UQR_Q8_0_BLOCK 32
-#define UQR_Q8_0_BYTES 34
-#define UQR_Q4_K_BLOCK 256
-#define UQR_Q4_K_BYTES 144
-#define UQR_VAR_AFFINE_BLOCK 256
-#define UQR_VAR_AFFINE_BYTES 160
-#define UQR_EXL3_BLOCK 256
-#define UQR_EXL3_BYTES 144
-#define UQR_TERNARY_BLOCK 32
-#define UQR_TERNARY_BYTES 12
-UQR_FN int uqr_mlx4_block_bytes(int group_size) { return 4 + group_size / 2; }
 
 // Byte offsets of the fields, named so the decoders and the validators read the same layout.
 #define UQR_VAR_AFFINE_SCALES 4
@@ -219,20 +194,6 @@ UQR_FN void uqr_decode8(int fmt, const UQR_GLOBAL uqr_u8* blk, int chunk, UQR_TH
 // are instantiated per format, so the switch above disappears from them. Metal (C++14, no
 // `if constexpr`) instantiates its kernels per format through the shader's own templates.
 // Elements and bytes per block of a format known at compile time (mlx4: group g), for templates.
-UQR_FN constexpr int uqr_block_elems(int fmt, int g) {
-  return fmt == UQR_Q4_K || fmt == UQR_VAR_AFFINE || fmt == UQR_EXL3 ? 256 : fmt == UQR_MLX4 ? g : 32;
-}
-UQR_FN constexpr int uqr_block_bytes(int fmt, int g) {
-  return fmt == UQR_Q4_0 ? UQR_Q4_0_BYTES
-       : fmt == UQR_Q4_1 ? UQR_Q4_1_BYTES
-       : fmt == UQR_Q8_0 ? UQR_Q8_0_BYTES
-       : fmt == UQR_Q4_K ? UQR_Q4_K_BYTES
-       : fmt == UQR_MLX4 ? 4 + g / 2
-       : fmt == UQR_VAR_AFFINE ? UQR_VAR_AFFINE_BYTES
-       : fmt == UQR_EXL3 ? UQR_EXL3_BYTES
-                         : UQR_TERNARY_BYTES;
-}
-
 template <int FMT>
 UQR_FN void uqr_decode8_fmt(const UQR_GLOBAL uqr_u8* blk, int chunk, UQR_THREAD float* out) {
   if constexpr (FMT == UQR_Q4_0) uqr_decode8_q4_0(blk, chunk, out);

@@ -1,0 +1,96 @@
+// Generated from torch_uqr/formats/table.py by `python -m torch_uqr.formats.table --write`;
+// do not edit. The format ids, block sizes, names and per-backend paths of every format.
+#pragma once
+#include "platform.h"
+
+enum uqr_format {
+  UQR_Q4_0 = 0,
+  UQR_Q4_1 = 1,
+  UQR_Q8_0 = 2,
+  UQR_Q4_K = 3,
+  UQR_MLX4 = 4,
+  UQR_VAR_AFFINE = 5,
+  UQR_EXL3 = 6,
+  UQR_TERNARY = 7,
+  UQR_NUM_FORMATS = 8
+};
+
+// Elements and bytes per block (a grouped format: at its default group size).
+#define UQR_Q4_0_BLOCK 32
+#define UQR_Q4_0_BYTES 18
+#define UQR_Q4_1_BLOCK 32
+#define UQR_Q4_1_BYTES 20
+#define UQR_Q8_0_BLOCK 32
+#define UQR_Q8_0_BYTES 34
+#define UQR_Q4_K_BLOCK 256
+#define UQR_Q4_K_BYTES 144
+#define UQR_MLX4_BLOCK 64
+#define UQR_MLX4_BYTES 36
+#define UQR_VAR_AFFINE_BLOCK 256
+#define UQR_VAR_AFFINE_BYTES 160
+#define UQR_EXL3_BLOCK 256
+#define UQR_EXL3_BYTES 144
+#define UQR_TERNARY_BLOCK 32
+#define UQR_TERNARY_BYTES 12
+
+// Elements and bytes of one block of `fmt` (g: a grouped format's group size; 0 if unknown).
+UQR_FN constexpr int uqr_block_elems(int fmt, int g) { return fmt == UQR_Q4_0 ? 32 : fmt == UQR_Q4_1 ? 32 : fmt == UQR_Q8_0 ? 32 : fmt == UQR_Q4_K ? 256 : fmt == UQR_MLX4 ? g : fmt == UQR_VAR_AFFINE ? 256 : fmt == UQR_EXL3 ? 256 : fmt == UQR_TERNARY ? 32 : 0; }
+UQR_FN constexpr int uqr_block_bytes(int fmt, int g) { return fmt == UQR_Q4_0 ? 18 : fmt == UQR_Q4_1 ? 20 : fmt == UQR_Q8_0 ? 34 : fmt == UQR_Q4_K ? 144 : fmt == UQR_MLX4 ? 4 + g * 4 / 8 : fmt == UQR_VAR_AFFINE ? 160 : fmt == UQR_EXL3 ? 144 : fmt == UQR_TERNARY ? 12 : 0; }
+
+// X(ENUM, "name") for every format, in id order.
+#define UQR_FORMAT_LIST(X) \
+  X(UQR_Q4_0, "q4_0") \
+  X(UQR_Q4_1, "q4_1") \
+  X(UQR_Q8_0, "q8_0") \
+  X(UQR_Q4_K, "q4_k") \
+  X(UQR_MLX4, "mlx4") \
+  X(UQR_VAR_AFFINE, "var_affine") \
+  X(UQR_EXL3, "exl3") \
+  X(UQR_TERNARY, "ternary") \
+
+#define UQR_FORMAT_NAMES "'q4_0', 'q4_1', 'q8_0', 'q4_k', 'mlx4', 'var_affine', 'exl3', 'ternary'"
+
+// Formats with path "vec" on cpu: X(ENUM, "name").
+#define UQR_VEC_CPU_LIST(X) \
+  X(UQR_TERNARY, "ternary") \
+
+#define UQR_VEC_CPU_NAMES "'ternary'"
+
+// Formats with path "vec" on cuda: X(ENUM, "name").
+#define UQR_VEC_CUDA_LIST(X) \
+  X(UQR_TERNARY, "ternary") \
+
+#define UQR_VEC_CUDA_NAMES "'ternary'"
+
+// Formats with path "vec" on metal: X(ENUM, "name").
+#define UQR_VEC_METAL_LIST(X) \
+  X(UQR_TERNARY, "ternary") \
+
+#define UQR_VEC_METAL_NAMES "'ternary'"
+
+// Formats with path "int8" on cpu: X(ENUM, "name").
+#define UQR_INT8_CPU_LIST(X) \
+  X(UQR_Q4_0, "q4_0") \
+  X(UQR_Q4_K, "q4_k") \
+  X(UQR_MLX4, "mlx4") \
+  X(UQR_VAR_AFFINE, "var_affine") \
+  X(UQR_EXL3, "exl3") \
+  X(UQR_TERNARY, "ternary") \
+
+#define UQR_INT8_CPU_NAMES "'q4_0', 'q4_k', 'mlx4', 'var_affine', 'exl3', 'ternary'"
+
+// Formats with path "int8" on cuda: X(ENUM, "name").
+#define UQR_INT8_CUDA_LIST(X) \
+  X(UQR_Q4_0, "q4_0") \
+  X(UQR_Q4_K, "q4_k") \
+  X(UQR_MLX4, "mlx4") \
+  X(UQR_VAR_AFFINE, "var_affine") \
+  X(UQR_EXL3, "exl3") \
+  X(UQR_TERNARY, "ternary") \
+
+#define UQR_INT8_CUDA_NAMES "'q4_0', 'q4_k', 'mlx4', 'var_affine', 'exl3', 'ternary'"
+
+// Formats with path "int8" on metal: X(ENUM, "name").
+#define UQR_INT8_METAL_LIST(X) \
+
+#define UQR_INT8_METAL_NAMES ""
