@@ -1,6 +1,0 @@
-#!/usr/bin/env bash
-# v53 on the lent H200: the full run of this session's final code (ternary in path int8, the plain
-# loads after the dependent-launch wait): build for sm_80 + sm_90a, every CUDA GPU test, the
-# error-path probe, compute-sanitizer memcheck, then the benchmark (all formats, shapes and M).
-cd "$(dirname "$0")/.."
-bash bench/h200_run.sh full --reps 20
