@@ -99,14 +99,8 @@ def test_parse_catches_a_missing_sdk_guard(sdk: int, old: str, new: str, expect:
 def function_body(text: str, signature: str) -> tuple[int, int]:
     """[start, end) of the brace-delimited body of the function whose definition starts with
     ``signature`` (the first such occurrence)."""
-    i = text.index(signature)
-    i = text.index("{", i)
-    depth = 0
-    for j in range(i, len(text)):
-        depth += {"{": 1, "}": -1}.get(text[j], 0)
-        if depth == 0:
-            return i + 1, j
-    raise ValueError(f"unbalanced braces after {signature!r}")
+    brace, end = _block(text, text.index("{", text.index(signature)))
+    return brace + 1, end
 
 
 def strip_comments(text: str) -> str:
@@ -153,6 +147,7 @@ def unpooled_objc_work(text: str) -> list[str]:
 
 
 def _block(text: str, brace: int) -> tuple[int, int]:
+    """(index of the `{` at ``brace``, index of its matching `}`)."""
     depth = 0
     for j in range(brace, len(text)):
         depth += {"{": 1, "}": -1}.get(text[j], 0)
