@@ -68,6 +68,16 @@ def test_strict_compile_rejects_a_cross_address_space_pointer(plant: str) -> Non
                      proc.stderr), proc.stderr[-3000:]
 
 
+@pytest.mark.skipif(shutil.which("g++") is None and shutil.which("c++") is None,
+                    reason="the emulator needs a C++20 compiler (g++)")
+def test_the_emulator_alone_accepts_a_cross_address_space_pointer() -> None:
+    """Why the strict compile exists: the emulator build, where the address-space words are empty
+    macros, compiles the planted error that Apple's compiler (and the strict compile) rejects."""
+    from torch_uqr.metal_emu import build
+    path, old, new = ADDRESS_SPACE_PLANTS["fragment-load-from-device"]
+    assert build.build("asan", edited(path, old, new), only_formats=["q4_0"]).exists()
+
+
 def test_strict_compile_sees_the_bfloat_branch_only_from_metal_3_1() -> None:
     """A bfloat-only error is reported for Metal 3.1 and invisible to Metal 3.0 (no bf16 kernels):
     both versions are compiled because both branches ship."""
