@@ -6,6 +6,7 @@
 #include "uqr/formats.h"
 #include "uqr/params.h"
 #include "uqr_tiles.h"
+#include "uqr_limits.h"
 #include "uqr_loaders.h"
 #include "uqr_mma.h"
 

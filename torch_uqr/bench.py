@@ -12,7 +12,10 @@ column is the median time to read the packed bytes once (``torch.sum`` of the co
 int64, same rotation and thread count as the timed calls): how close a row is to memory speed
 (or LLC speed with ``--hot``). On CPU, formats with path "int8" (``ops.INT8_FORMATS``) get a
 second row at M <= ``INT8_MAX_M`` beside "auto": its error column is a few 1e-3 by design (x is rounded
-to int8 per 32 elements, q4_k / var_affine / exl3 per 256, mlx4 per group), not a kernel defect. ``--device cuda`` hands over to ``torch_uqr.bench_cuda``.
+to int8 per 32 elements, q4_k / var_affine / exl3 per 256, mlx4 per group), not a kernel defect. ``--device cuda`` hands over to ``torch_uqr.bench_cuda``. On ``--device mps``
+a second table times, in the same run, the peers a Mac user would otherwise reach for: torch's own
+fp16 matmul on dense weights and, when ``mlx`` is importable, MLX's ``mx.quantized_matmul`` (4-bit,
+the row's mlx4 group size, else 64) at the same shape and M.
 """
 from __future__ import annotations
 
@@ -63,6 +66,9 @@ class Row:
     weight_copies: int
     hot: bool = False                      # --hot: one weight copy reused, not rotated
     read_floor_ms: Optional[float] = None  # median time to read the packed bytes once
+    torch_f16_ms: Optional[float] = None   # mps: torch fp16 matmul on dense weights
+    mlx_ms: Optional[float] = None         # mps: mlx.core.quantized_matmul, 4-bit
+    mlx_group_size: Optional[int] = None
 
 
 def llc_bytes() -> int:
@@ -116,6 +122,33 @@ def read_floor_ms(copies: list[torch.Tensor], reps: int, device: torch.device) -
     ``copies`` as the timed calls do: the memory (or, with one copy, cache) read floor of a call."""
     views = [_widest_view(c) for c in copies]
     return median_ms(lambda i: views[i % len(views)].sum(), reps, device)
+
+
+_MLX_MS: dict[tuple[int, int, int, int, int], Optional[float]] = {}
+
+
+def mlx_qmm_ms(W: torch.Tensor, x: torch.Tensor, group_size: int, reps: int) -> Optional[float]:
+    """Median ms of MLX's 4-bit ``quantized_matmul`` of x (fp16) by W quantized with MLX's own
+    quantizer; None when mlx is not importable. Timed per (N, K, M, group size, reps), once: it does
+    not depend on our format."""
+    key = (*W.shape, x.shape[0], group_size, reps)
+    if key in _MLX_MS:
+        return _MLX_MS[key]
+    try:
+        import mlx.core as mx
+    except ImportError:
+        _MLX_MS[key] = None
+        return None
+    w = mx.array(W.float().numpy()).astype(mx.float16)
+    wq, scales, biases = mx.quantize(w, group_size=group_size, bits=4)
+    xm = mx.array(x.float().numpy()).astype(mx.float16)
+    mx.eval(wq, scales, biases, xm)
+
+    def run(_i: int) -> None:  # mx.eval returns when the GPU is done
+        mx.eval(mx.quantized_matmul(xm, wq, scales, biases, transpose=True, group_size=group_size, bits=4))
+
+    _MLX_MS[key] = median_ms(run, reps, torch.device("cpu"))
+    return _MLX_MS[key]
 
 
 def parse_shapes(text: str) -> list[tuple[int, int]]:
@@ -202,6 +235,15 @@ def bench_one(fmt: str, g: int, N: int, K: int, Ms: list[int], args, device: tor
             deq_ms = median_ms(lambda i: xd @ dequantize(qts[i % copies]).to(dtype).T,
                                min(reps, 3), device)
             dense_ms = median_ms(lambda i: xd @ dense_copies[i % len(dense_copies)].T, reps, device)
+        f16_ms = mlx_ms = mlx_g = None
+        if device.type == "mps" and not args.no_baseline:
+            mlx_g = g if fmt == "mlx4" else MLX4_DEFAULT_GROUP
+            if dtype == torch.float16:
+                f16_ms = dense_ms
+            else:
+                dense16, x16 = dense.to(torch.float16), xd.to(torch.float16)
+                f16_ms = median_ms(lambda i: x16 @ dense16.T, reps, device)
+            mlx_ms = mlx_qmm_ms(W, x, mlx_g, reps)
         for path in paths:
             y = ops.gemm(xd, qts[0], path=path).double().cpu()
             err = ((y - ref).abs().max() / ref.abs().max().clamp_min(1e-30)).item()
@@ -211,7 +253,8 @@ def bench_one(fmt: str, g: int, N: int, K: int, Ms: list[int], args, device: tor
                             device=str(device), ms=ms, gflops=2.0 * M * N * K / ms / 1e6, max_rel_err=err,
                             deq_matmul_ms=deq_ms, dense_matmul_ms=dense_ms,
                             speedup_vs_deq_matmul=(deq_ms / ms) if deq_ms else None,
-                            llama_cpp_ms=llama, weight_copies=copies, hot=hot, read_floor_ms=floor_ms))
+                            llama_cpp_ms=llama, weight_copies=copies, hot=hot, read_floor_ms=floor_ms,
+                            torch_f16_ms=f16_ms, mlx_ms=mlx_ms, mlx_group_size=mlx_g if mlx_ms else None))
             progress.update(1)
     return rows
 
@@ -228,6 +271,21 @@ def format_table(rows: list[Row]) -> str:
         lines.append(f"| {name} | {r.path} | {r.N}x{r.K} | {r.M} | {r.ms:.3f} | {f(r.read_floor_ms, '.3f')} | {r.gflops:.1f} | "
                      f"{r.max_rel_err:.1e} | {f(r.deq_matmul_ms, '.2f')} | {f(r.speedup_vs_deq_matmul, '.1f')} | "
                      f"{f(r.dense_matmul_ms, '.3f')} | {f(r.llama_cpp_ms, 'g')} |")
+    return "\n".join(lines)
+
+
+def format_mps_peers(rows: list[Row]) -> str:
+    """Markdown table of the --device mps peers: torch fp16 matmul and MLX quantized_matmul."""
+    def f(v, spec):
+        return "-" if v is None else format(v, spec)
+    lines = ["| format | path | N x K | M | uqr ms | torch fp16 matmul ms | mlx q4 ms (group) | uqr / mlx |",
+             "|" + "---|" * 8]
+    for r in rows:
+        name = f"{r.fmt}:{r.group_size}" if r.fmt == "mlx4" else r.fmt
+        mlx = f"{r.mlx_ms:.3f} (g{r.mlx_group_size})" if r.mlx_ms is not None else "-"
+        ratio = r.ms / r.mlx_ms if r.mlx_ms else None
+        lines.append(f"| {name} | {r.path} | {r.N}x{r.K} | {r.M} | {r.ms:.3f} | {f(r.torch_f16_ms, '.3f')} | "
+                     f"{mlx} | {f(ratio, '.2f')} |")
     return "\n".join(lines)
 
 
@@ -249,6 +307,9 @@ def main(argv: Optional[list[str]] = None) -> int:
     if args.quick:
         args.shapes, args.M = "1024x1024", "1,16,128"
         args.reps = args.reps or 3
+    if device_name == "mps" and not (torch.backends.mps.is_built() and torch.backends.mps.is_available()):
+        raise SystemExit("--device mps: torch.backends.mps.is_available() is False here (needs an Apple "
+                         "Silicon Mac and a torch built with MPS)")
     device = torch.device(device_name)
     dtype = getattr(torch, args.dtype)
     shapes = parse_shapes(args.shapes)
@@ -267,6 +328,10 @@ def main(argv: Optional[list[str]] = None) -> int:
     print(f"device={device} threads={torch.get_num_threads()} dtype={args.dtype} "
           f"LLC={llc_bytes() >> 20} MiB (weights {weights})")
     print(format_table(rows))
+    if device.type == "mps" and not args.no_baseline:
+        mlx_note = "" if any(r.mlx_ms is not None for r in rows) else " (mlx not importable: pip install mlx)"
+        print(f"\nMPS peers, same run{mlx_note}:")
+        print(format_mps_peers(rows))
     if any(r.path == "int8" for r in rows):
         print("path int8 rounds x to int8 (one scale per 32 elements, q4_k / var_affine / exl3 per 256, "
               "mlx4 per group): its max rel err of a few 1e-3 is expected")

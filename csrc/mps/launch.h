@@ -6,6 +6,7 @@
 #include "uqr/formats.h"
 #include "uqr/params.h"
 #include "../../shaders/uqr_tiles.h"
+#include "../../shaders/uqr_limits.h"
 
 enum uqr_dtype { UQR_DTYPE_F16 = 0, UQR_DTYPE_BF16 = 1, UQR_DTYPE_F32 = 2 };
 enum uqr_path { UQR_PATH_AUTO = 0, UQR_PATH_MMA = 1, UQR_PATH_VEC = 2 };
@@ -69,11 +70,11 @@ inline const char* uqr_plan_launch(const uqr_gemm_params& p, int dtype, int path
     out.grid[0] = uqr_ceil_div(p.N, UQR_MV_ROWS * UQR_MV_SG);
     out.grid[1] = uqr_ceil_div(p.M, UQR_MV_M);
     out.threads = UQR_MV_THREADS;
-    out.threadgroup_bytes = UQR_MV_SG * 32 * 32 * 4;
+    out.threadgroup_bytes = UQR_MV_TG_BYTES;
   } else {
     const uqr_u32 stage_elem = dtype == UQR_DTYPE_F16 ? 2 : 4;  // half staging for fp16 only
-    const uqr_u32 staged = (UQR_MMA_BM * UQR_MMA_BK + UQR_MMA_BK * UQR_MMA_BN) * stage_elem;
-    const uqr_u32 out_tile = UQR_MMA_BM * UQR_MMA_BN * 4;
+    const uqr_u32 staged = UQR_MMA_STAGED_BYTES(stage_elem);
+    const uqr_u32 out_tile = UQR_MMA_OUT_TILE_BYTES;
     out.grid[0] = uqr_ceil_div(p.N, UQR_MMA_BN);
     out.grid[1] = uqr_ceil_div(p.M, UQR_MMA_BM);
     out.threads = UQR_MMA_THREADS;

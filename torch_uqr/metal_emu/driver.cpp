@@ -3,6 +3,9 @@
 // address-space words, which are macros by now. Two entry points: uqr_emu_gemm for the Python
 // runner (ctypes), and main() for the sanitizer builds, which run as their own process.
 
+// The shim's simdgroup (barriers, matrix lanes) must be the width the kernels and launch.h assume.
+static_assert(uqr_emu::kSimdWidth == UQR_SIMD_WIDTH, "metal-emu: shim simdgroup width differs from uqr_limits.h");
+
 extern "C" int uqr_emu_gemm(const void* x, const void* w, void* y, const uqr_gemm_params* p, int dtype,
                             int path, char* err, int err_len) {
   auto fail = [&](const char* msg) {
@@ -17,6 +20,20 @@ extern "C" int uqr_emu_gemm(const void* x, const void* w, void* y, const uqr_gem
     return fail(msg.c_str());
   }
   if (plan.grid[0] == 0 || plan.grid[1] == 0 || plan.grid[2] == 0) return 0;
+  // A launch a real GPU would refuse (or run with the wrong simdgroup split) must not pass here:
+  // the emulator would happily allocate any length and any thread count.
+  if (!UQR_TG_MEMORY_OK(plan.threadgroup_bytes)) {
+    std::snprintf(err, (size_t)err_len, "metal-emu: kernel %s asks for %u bytes of threadgroup memory; "
+                  "Metal allows at most %d, in multiples of %d", plan.name, plan.threadgroup_bytes,
+                  UQR_MAX_THREADGROUP_MEMORY, UQR_THREADGROUP_MEMORY_ALIGN);
+    return 1;
+  }
+  if (!UQR_THREADS_OK(plan.threads)) {
+    std::snprintf(err, (size_t)err_len, "metal-emu: kernel %s asks for %u threads per threadgroup; "
+                  "expected whole simdgroups of %d, at most %d", plan.name, plan.threads, UQR_SIMD_WIDTH,
+                  UQR_MAX_THREADS_PER_THREADGROUP);
+    return 1;
+  }
   void* buffers[4] = {const_cast<void*>(x), const_cast<void*>(w), y, const_cast<uqr_gemm_params*>(p)};
   uqr_emu::dispatch(it->second, buffers, uint3{plan.grid[0], plan.grid[1], plan.grid[2]}, plan.threads,
                     plan.threadgroup_bytes);

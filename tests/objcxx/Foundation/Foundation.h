@@ -1,11 +1,14 @@
 // Parse-only stand-in for Apple's Foundation (see ../README.md).
 #pragma once
+#include <Availability.h>
 #include <stddef.h>
 #include <stdint.h>
 
 typedef unsigned long NSUInteger;
 typedef long NSInteger;
 typedef signed char BOOL;
+#define YES ((BOOL)1)
+#define NO ((BOOL)0)
 #ifndef nil
 #define nil nullptr
 #endif

@@ -10,10 +10,29 @@ static inline MTLSize MTLSizeMake(NSUInteger width, NSUInteger height, NSUIntege
   return s;
 }
 
+// Each SDK declares only what its macOS has (Availability.h picks the SDK): MTLLanguageVersion3_1
+// arrived with macOS 14, mathMode with macOS 15, which also deprecated fastMathEnabled.
 typedef enum : NSUInteger {
   MTLLanguageVersion3_0 = (3 << 16),
+#if defined(__MAC_14_0) && __MAC_OS_X_VERSION_MAX_ALLOWED >= __MAC_14_0
   MTLLanguageVersion3_1 = (3 << 16) + 1,
+#endif
 } MTLLanguageVersion;
+
+#if defined(__MAC_15_0) && __MAC_OS_X_VERSION_MAX_ALLOWED >= __MAC_15_0
+typedef enum : NSInteger {
+  MTLMathModeSafe = 0,
+  MTLMathModeRelaxed = 1,
+  MTLMathModeFast = 2,
+} MTLMathMode;
+typedef enum : NSInteger {
+  MTLMathFloatingPointFunctionsFast = 0,
+  MTLMathFloatingPointFunctionsPrecise = 1,
+} MTLMathFloatingPointFunctions;
+#define UQR_STUB_DEPRECATED_FROM_15 __attribute__((deprecated("Use mathMode instead")))
+#else
+#define UQR_STUB_DEPRECATED_FROM_15
+#endif
 
 @protocol MTLBuffer <NSObject>
 @property(readonly) NSUInteger length;
@@ -24,6 +43,7 @@ typedef enum : NSUInteger {
 
 @protocol MTLComputePipelineState <NSObject>
 @property(readonly) NSUInteger maxTotalThreadsPerThreadgroup;
+@property(readonly) NSUInteger threadExecutionWidth;
 @end
 
 @protocol MTLLibrary <NSObject>
@@ -32,9 +52,15 @@ typedef enum : NSUInteger {
 
 @interface MTLCompileOptions : NSObject
 @property(readwrite, nonatomic) MTLLanguageVersion languageVersion;
+@property(readwrite, nonatomic) BOOL fastMathEnabled UQR_STUB_DEPRECATED_FROM_15;
+#if defined(__MAC_15_0) && __MAC_OS_X_VERSION_MAX_ALLOWED >= __MAC_15_0
+@property(readwrite, nonatomic) MTLMathMode mathMode;
+@property(readwrite, nonatomic) MTLMathFloatingPointFunctions mathFloatingPointFunctions;
+#endif
 @end
 
 @protocol MTLDevice <NSObject>
+@property(readonly) NSUInteger maxThreadgroupMemoryLength;
 - (id<MTLLibrary>)newLibraryWithSource:(NSString*)source
                                options:(MTLCompileOptions*)options
                                  error:(NSError**)error;
