@@ -25,11 +25,5 @@ using namespace metal;
   UQR_KERNEL_INSTANCE("uqr_gemm_mv_" fname "_f32", uqr_gemm_mv, float, FMT)           \
   UQR_BF16_KERNELS(FMT, fname)
 
-UQR_FORMAT_KERNELS(UQR_Q4_0, "q4_0")
-UQR_FORMAT_KERNELS(UQR_Q4_1, "q4_1")
-UQR_FORMAT_KERNELS(UQR_Q8_0, "q8_0")
-UQR_FORMAT_KERNELS(UQR_Q4_K, "q4_k")
-UQR_FORMAT_KERNELS(UQR_MLX4, "mlx4")
-UQR_FORMAT_KERNELS(UQR_VAR_AFFINE, "var_affine")
-UQR_FORMAT_KERNELS(UQR_EXL3, "exl3")
-UQR_FORMAT_KERNELS(UQR_TERNARY, "ternary")
+// Every format of the format table (csrc/include/uqr/format_table.h, generated).
+UQR_FORMAT_LIST(UQR_FORMAT_KERNELS)

@@ -10,7 +10,7 @@ too), as llama.cpp's ``test-backend-ops perf`` does: weights that fit in the LLC
 from it, which is the like-for-like comparison with the llama.cpp column. The "read floor ms"
 column is the median time to read the packed bytes once (``torch.sum`` of the copy viewed as
 int64, same rotation and thread count as the timed calls): how close a row is to memory speed
-(or LLC speed with ``--hot``). On CPU, formats with path "int8" (``ops.INT8_FORMATS``) get a
+(or LLC speed with ``--hot``). On CPU, formats with path "int8" (in the format table) get a
 second row at M <= ``INT8_MAX_M`` beside "auto": its error column is a few 1e-3 by design (x is rounded
 to int8 per 32 elements, q4_k / var_affine / exl3 per 256, mlx4 per group), not a kernel defect. ``--device cuda`` hands over to ``torch_uqr.bench_cuda``. On ``--device mps``
 a second table times, in the same run, the peers a Mac user would otherwise reach for: torch's own
@@ -32,14 +32,14 @@ from typing import Callable, Optional
 import torch
 
 from . import ops
-from .formats import table as format_table
+from .formats import table as fmt_table
 from .qtensor import QTensor, dequantize
 
 # llama.cpp's own CPU kernels (ggml, native flags) on the 2-core dev machine, 4096 x 4096, ms
 # (issue 3); torch's fp32 matmul on dense weights measured there too.
 LLAMA_CPP_MS = {"q4_0": {1: 0.36, 16: 5.7, 128: 47.0, 512: 191.0},
                 "q4_k": {1: 0.29, 16: 3.9, 128: 33.0, 512: 131.0}}
-DEFAULT_FORMATS = format_table.NAMES
+DEFAULT_FORMATS = fmt_table.NAMES
 MLX4_DEFAULT_GROUP = 64
 INT8_MAX_M = 8  # path "int8" is a small-M (decode) kernel; larger M is benched through "auto" only
 
@@ -201,7 +201,7 @@ def _reps_for(M: int, requested: int) -> int:
 def _paths_for(fmt: str, M: int, device: torch.device) -> list[str]:
     if fmt == "ternary":
         return ["vec", "mma"]
-    if device.type == "cpu" and fmt in ops.INT8_FORMATS and M <= INT8_MAX_M:
+    if device.type == "cpu" and fmt in fmt_table.names_with_path("int8", "cpu") and M <= INT8_MAX_M:
         return ["auto", "int8"]
     return ["auto"]
 
@@ -260,7 +260,7 @@ def bench_one(fmt: str, g: int, N: int, K: int, Ms: list[int], args, device: tor
 
 
 def format_table(rows: list[Row]) -> str:
-    """Markdown table of the rows (the form used in docs/bench_cpu.md)."""
+    """Markdown table of the rows (the form used in docs/perf/cpu.md)."""
     def f(v, spec):
         return "-" if v is None else format(v, spec)
     head = ("| format | path | N x K | M | uqr ms | read floor ms | GFLOP/s | max rel err | deq+matmul ms "
@@ -289,10 +289,24 @@ def format_mps_peers(rows: list[Row]) -> str:
     return "\n".join(lines)
 
 
+def _without_device(argv: list[str]) -> list[str]:
+    """``argv`` less its ``--device X`` / ``--device=X`` (which the CUDA benchmark does not take)."""
+    out, skip = [], False
+    for a in argv:
+        if skip:
+            skip = False
+        elif a == "--device":
+            skip = True
+        elif not a.startswith("--device="):
+            out.append(a)
+    return out
+
+
 def main(argv: Optional[list[str]] = None) -> int:
     """Run the benchmark; returns the process exit code."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    args = build_parser().parse_args(argv)
+    # The device is read first: the CUDA benchmark has options of its own (bench_cuda.main).
+    args, _ = build_parser().parse_known_args(argv)
     device_name = args.device
     if device_name == "auto":
         device_name = ("cuda" if torch.cuda.is_available()
@@ -303,7 +317,8 @@ def main(argv: Optional[list[str]] = None) -> int:
             raise SystemExit("--hot is a mode of the CPU/MPS bench; the CUDA bench (torch_uqr.bench_cuda) "
                              "has its own timing and does not take it")
         from . import bench_cuda
-        return int(bench_cuda.main(argv) or 0)
+        return int(bench_cuda.main(_without_device(argv)) or 0)
+    args = build_parser().parse_args(argv)
     if args.quick:
         args.shapes, args.M = "1024x1024", "1,16,128"
         args.reps = args.reps or 3

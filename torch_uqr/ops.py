@@ -126,7 +126,7 @@ def gemm(x: torch.Tensor, qt: Any, out_heads: Optional[int] = None, in_heads: bo
         if qt.fmt not in have:
             raise ValueError(f"path={path!r} ({_PATH_WORDS[path]}) supports fmt {table.quoted_names(have)}, "
                              f"not {qt.fmt!r}")
-        if kernels is not None and path not in row.paths(kernels):
+        if kernels is None or path not in row.paths(kernels):
             on = [b for b in table.BACKENDS if path in row.paths(b)]
             raise ValueError(f"path={path!r} for fmt {qt.fmt!r} exists only on the {' and '.join(on)} "
                              f"backends with backend=None, not on {where!r}")

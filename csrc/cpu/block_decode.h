@@ -87,7 +87,7 @@ struct BlockDecoder<UQR_Q8_0, 0> : GenericDecoder<UQR_Q8_0, 0> {
 inline void q4_k_factors(const uint8_t* blk, float* f) {
   const float d = load_half(blk), dmin = load_half(blk + 2);
   const uint32_t w0 = uqr_load_u32(blk + 4), w1 = uqr_load_u32(blk + 8), w2 = uqr_load_u32(blk + 12);
-  // bytes: sc0..3 | sc4..7 | m0..3 | m4..7, as formats-spec.md's q4_k scale rules, 4 at a time.
+  // bytes: sc0..3 | sc4..7 | m0..3 | m4..7, as docs/formats.md's q4_k scale rules, 4 at a time.
   const __m128i packed = _mm_setr_epi32(
       static_cast<int>(w0 & 0x3f3f3f3fu),
       static_cast<int>((w2 & 0x0f0f0f0fu) | ((w0 >> 2) & 0x30303030u)),

@@ -1,6 +1,6 @@
 // Half activations (bf16, fp16) at larger M: decode a panel of weight rows into x's dtype, then one
 // ATen mm per panel. For bf16, oneDNN runs it on the AMX tiles, which is ~4x the fp32 FMA rate of
-// our own panel GEMM (docs/bench_cpu.md), so the decode is what remains of the quantized cost.
+// our own panel GEMM (docs/perf/cpu.md), so the decode is what remains of the quantized cost.
 //
 // Numerics: each decoded weight is rounded once to x's dtype (bf16: 8 significant bits), products
 // are accumulated in fp32 inside the library, y is rounded to x's dtype. MLX dequantizes to the

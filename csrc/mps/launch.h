@@ -19,17 +19,11 @@ struct uqr_launch {
 };
 
 inline const char* uqr_format_name(int fmt) {
-  switch (fmt) {
-    case UQR_Q4_0: return "q4_0";
-    case UQR_Q4_1: return "q4_1";
-    case UQR_Q8_0: return "q8_0";
-    case UQR_Q4_K: return "q4_k";
-    case UQR_MLX4: return "mlx4";
-    case UQR_VAR_AFFINE: return "var_affine";
-    case UQR_EXL3: return "exl3";
-    case UQR_TERNARY: return "ternary";
-    default: return nullptr;
-  }
+#define UQR_NAME_CASE(id, name) \
+  if (fmt == id) return name;
+  UQR_FORMAT_LIST(UQR_NAME_CASE)
+#undef UQR_NAME_CASE
+  return nullptr;
 }
 
 inline const char* uqr_dtype_name(int dtype) {

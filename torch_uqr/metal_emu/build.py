@@ -13,12 +13,12 @@ import fcntl
 import functools
 import hashlib
 import os
-import re
 import shutil
 import subprocess
 from pathlib import Path
 from typing import Iterable
 
+from ..formats import table as format_table
 from .source import LAUNCH_HEADER, SHADER_MAIN, flatten, strip_attributes
 
 __all__ = ["VARIANTS", "cache_root", "translation_unit", "build"]
@@ -41,7 +41,7 @@ def cache_root() -> Path:
     return Path(base) / "metal_emu"
 
 
-_FORMAT_LINE = re.compile(r'^UQR_FORMAT_KERNELS\(\w+, "(\w+)"\)$', re.M)
+_ALL_FORMATS_LINE = "UQR_FORMAT_LIST(UQR_FORMAT_KERNELS)"
 
 
 def translation_unit(overrides: dict[Path, str] | None = None, only_formats: Iterable[str] | None = None) -> str:
@@ -55,8 +55,11 @@ def translation_unit(overrides: dict[Path, str] | None = None, only_formats: Ite
                            f"{LAUNCH_HEADER} is missing (install with `pip install -e .` from the repository)")
     body = strip_attributes(flatten([SHADER_MAIN, LAUNCH_HEADER], overrides=overrides))
     if only_formats is not None:
-        keep = set(only_formats)
-        body = _FORMAT_LINE.sub(lambda m: m.group(0) if m.group(1) in keep else "", body)
+        if body.count(_ALL_FORMATS_LINE) != 1:
+            raise RuntimeError(f"uqr_gemm.metal: expected one '{_ALL_FORMATS_LINE}' line to restrict")
+        keep = [format_table.spec(f) for f in only_formats]  # raises on an unknown name
+        body = body.replace(_ALL_FORMATS_LINE, "\n".join(
+            f'UQR_FORMAT_KERNELS(UQR_{f.name.upper()}, "{f.name}")' for f in keep))
     return body + f'#line 1 "{DRIVER.name}"\n' + DRIVER.read_text()
 
 

@@ -15,12 +15,12 @@ import torch
 
 from .. import layout
 from ..formats import layout as format_layout
+from ..formats import table as format_table
 from .build import build
 
 __all__ = ["DTYPES", "FORMAT_IDS", "PATHS", "Params", "Request", "prepare", "gemm", "kernel_name"]
 
-FORMAT_IDS = {name: i for i, name in enumerate(
-    ("q4_0", "q4_1", "q8_0", "q4_k", "mlx4", "var_affine", "exl3", "ternary"))}  # enum uqr_format
+FORMAT_IDS = {f.name: f.id for f in format_table.TABLE}  # enum uqr_format
 DTYPES = {torch.float16: 0, torch.bfloat16: 1, torch.float32: 2}  # enum uqr_dtype
 PATHS = {"auto": 0, "mma": 1, "vec": 2}  # enum uqr_path
 

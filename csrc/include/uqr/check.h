@@ -1,9 +1,9 @@
 // UQR_CHECK: TORCH_CHECK with a message that never formats a number through an std::ostream.
 //
-// On the lent H200 every TORCH_CHECK of this extension whose message held an integer segfaulted
-// instead of raising (bench/NOTES.md v12/v13), while messages of strings, devices and dtypes
-// raised. c10::str streams numbers through the locale's num_put facet, and that path, not ours, is
-// what broke there (cause not established: the compiler is the same GCC 13.3 as the system's).
+// On one H200 machine's toolchain every TORCH_CHECK whose message held an integer segfaulted
+// instead of raising, while messages of strings, devices and dtypes raised. c10::str streams
+// numbers through the locale's num_put facet, and that path, not ours, is what broke there (cause
+// not established; docs/perf/history.md).
 // std::to_string needs no locale, so the message is assembled here and handed to TORCH_CHECK as
 // one std::string, which c10 passes through without streaming.
 #pragma once
