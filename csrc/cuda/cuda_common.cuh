@@ -3,7 +3,6 @@
 #pragma once
 #include <cuda_runtime.h>
 
-#include <cstdlib>
 #include <utility>
 
 namespace uqr {
@@ -56,29 +55,10 @@ __device__ __forceinline__ V ld_after_wait(const V* p) {
   return __ldca(p);
 }
 
-// An integer switch from the environment (A/B runs on the H200): `fallback` when unset or empty.
-inline int env_int(const char* name, int fallback = 0) {
-  const char* e = std::getenv(name);
-  return e && e[0] ? std::atoi(e) : fallback;
-}
-
-// Whether launch_ex() launches as a programmatic dependent: an sm_90 device, and UQR_PDL not set
-// to 0 (A/B runs).
-inline bool pdl_enabled() {
-  static const bool on = [] {
-    const char* env = std::getenv("UQR_PDL");
-    if (env && env[0] == '0') return false;
-    int dev = 0, major = 0;
-    cudaGetDevice(&dev);
-    cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
-    return major >= 9;
-  }();
-  return on;
-}
-
-// kernel<<<grid, block, smem, stream>>>(args...), as a programmatic dependent when pdl_enabled().
+// kernel<<<grid, block, smem, stream>>>(args...), as a programmatic dependent when `pdl` (the
+// launch plan's choice: on for sm_90 devices by default, torch_uqr/triton_kernels/dispatch.py).
 template <typename... KArgs, typename... Args>
-cudaError_t launch_ex(void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
+cudaError_t launch_ex(void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream, bool pdl,
                       Args&&... args) {
   cudaLaunchConfig_t cfg{};
   cfg.gridDim = grid;
@@ -89,7 +69,7 @@ cudaError_t launch_ex(void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t sm
   attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
   attr.val.programmaticStreamSerializationAllowed = 1;
   cfg.attrs = &attr;
-  cfg.numAttrs = pdl_enabled() ? 1 : 0;
+  cfg.numAttrs = pdl ? 1 : 0;
   return cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...);
 }
 

@@ -257,39 +257,39 @@ const ksplit::Residency& residency() {
 }
 
 template <class F, typename T, int NT>
-cudaError_t launch_nt(const QmmaArgs& a, cudaStream_t stream) {
+cudaError_t launch_nt(const QmmaArgs& a, cudaStream_t stream, const QmmaPlan& plan) {
   constexpr int sb = stage_blocks(F::kElems, F::kBytes) * F::kBytes;
-  constexpr int kStageElems = stage_blocks(F::kElems, F::kBytes) * F::kElems;
   const ksplit::Residency& res = residency<F, T, NT>();
   if (res.err != cudaSuccess) return res.err;
   const int grid = (a.p.N + kRows - 1) / kRows;
-  const int warps_k = ksplit::pick_warps(res, a.p.K / kStageElems, grid);
+  const int warps_k = plan.warps;
   const size_t ring = ring_bytes(warps_k, sb);
   const size_t red = static_cast<size_t>(warps_k - 1) * NT * 4 * 32 * sizeof(float);
   return launch_ex(qmma_small_m_kernel<F, T, NT>, dim3(grid), dim3(warps_k * 32),
-                   ksplit::capped_smem(ring > red ? ring : red, grid, ksplit::fit_of(res, warps_k)), stream, a);
+                   ksplit::capped_smem(ring > red ? ring : red, grid, ksplit::fit_of(res, warps_k), plan.smem_cap),
+                   stream, plan.pdl, a);
 }
 
 template <class F, typename T>
-cudaError_t launch(QmmaArgs& a, cudaStream_t stream) {
-  return a.rows <= 8 ? launch_nt<F, T, 1>(a, stream) : launch_nt<F, T, 2>(a, stream);
+cudaError_t launch(QmmaArgs& a, cudaStream_t stream, const QmmaPlan& plan) {
+  return a.rows <= 8 ? launch_nt<F, T, 1>(a, stream, plan) : launch_nt<F, T, 2>(a, stream, plan);
 }
 
 }  // namespace
 
-bool mid_m_takes(int rows) {
-  // UQR_SPLIT16=0 keeps 9-16 rows on the small-M kernel (A/B runs).
-  static const bool split16 = [] {
-    const char* e = getenv("UQR_SPLIT16");
-    return !(e && e[0] == '0');
-  }();
-  return rows > kQmmaMaxRows || (split16 && rows > 8);
+cudaError_t qmma_small_m_residency(const uqr_gemm_params& p, bool bf16, int rows, int (&per_sm)[4]) {
+  return with_format(p, [&](auto f) {
+    using F = decltype(f);
+    const ksplit::Residency& res =
+        rows <= 8 ? (bf16 ? residency<F, __nv_bfloat16, 1>() : residency<F, __half, 1>())
+                  : (bf16 ? residency<F, __nv_bfloat16, 2>() : residency<F, __half, 2>());
+    for (int i = 0; i < 4; ++i) per_sm[i] = res.per_sm[i];
+    return res.err;
+  });
 }
 
-int qmma_splits(const uqr_gemm_params& p, int rows) { return mid_m_takes(rows) ? mid_m_splits(p, rows) : 1; }
-
 const char* qmma_unsupported(const uqr_gemm_params& p, int rows, bool half_x, uintptr_t x_addr, uintptr_t w_addr,
-                             int64_t w_row_stride) {
+                             int64_t w_row_stride, bool mid) {
   if (!half_x) return "x must be bfloat16 or float16";
   if (rows < 1 || rows > kQmmaMidMaxRows) return "batch * M must be 1..2^20";
   switch (p.fmt) {
@@ -308,15 +308,26 @@ const char* qmma_unsupported(const uqr_gemm_params& p, int rows, bool half_x, ui
   if (x_addr % 8 || p.x_row_stride % 4 || p.x_batch_stride % 4 || p.x_head_stride % 4)
     return "x must allow aligned 4-element loads";
   // In the mid-M kernel x is staged with 16-byte copies.
-  if (mid_m_takes(rows) && (x_addr % 16 || p.x_row_stride % 8 || p.x_batch_stride % 8 || p.x_head_stride % 8))
+  if (mid && (x_addr % 16 || p.x_row_stride % 8 || p.x_batch_stride % 8 || p.x_head_stride % 8))
     return "x must allow aligned 8-element copies";
   return nullptr;
 }
 
+const char* qmma_plan_invalid(const uqr_gemm_params& p, int rows, const QmmaPlan& plan) {
+  if (!plan.mid) {
+    if (rows > kQmmaMaxRows) return "the small-M kernel takes at most 16 activation rows";
+    if (!ksplit::valid_warps(plan.warps)) return "warps must be 1, 2, 4 or 8";
+    return nullptr;
+  }
+  return mid_m_plan_invalid(p, rows, SplitPlan{plan.mid_cols, plan.splits, plan.streamk_ctas, plan.wide_regs});
+}
+
 cudaError_t qmma_small_m(const void* x, const uint8_t* w, int64_t w_row_stride, void* y, const uqr_gemm_params& p,
-                         bool bf16, cudaStream_t stream, int splits, float* split_ws) {
+                         bool bf16, cudaStream_t stream, const QmmaPlan& plan, float* split_ws) {
   const int rows = p.batch * p.M;
-  if (qmma_unsupported(p, rows, true, reinterpret_cast<uintptr_t>(x), reinterpret_cast<uintptr_t>(w), w_row_stride))
+  if (qmma_unsupported(p, rows, true, reinterpret_cast<uintptr_t>(x), reinterpret_cast<uintptr_t>(w), w_row_stride,
+                       plan.mid) ||
+      qmma_plan_invalid(p, rows, plan))
     return cudaErrorInvalidValue;
   QmmaArgs a{};
   a.p = p;
@@ -325,10 +336,15 @@ cudaError_t qmma_small_m(const void* x, const uint8_t* w, int64_t w_row_stride, 
   a.w = w;
   a.w_row_stride = w_row_stride;
   a.rows = rows;
-  if (mid_m_takes(rows)) return qmma_mid_m(SplitArgs{a, split_ws, splits}, bf16, stream);
+  if (plan.mid) {
+    SplitArgs sa{a, split_ws, plan.splits};
+    sa.sk_ctas = plan.streamk_ctas;
+    return qmma_mid_m(sa, SplitPlan{plan.mid_cols, plan.splits, plan.streamk_ctas, plan.wide_regs}, bf16, stream,
+                      plan.pdl);
+  }
   return with_format(a.p, [&](auto f) {
     using F = decltype(f);
-    return bf16 ? launch<F, __nv_bfloat16>(a, stream) : launch<F, __half>(a, stream);
+    return bf16 ? launch<F, __nv_bfloat16>(a, stream, plan) : launch<F, __half>(a, stream, plan);
   });
 }
 

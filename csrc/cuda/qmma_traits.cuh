@@ -687,23 +687,33 @@ __global__ void reduce_splits_kernel(const SplitArgs sa) {
 // 4 outputs a thread where N, y's heads, strides and base keep every group of 4 contiguous and
 // 8-byte aligned.
 template <typename T>
-cudaError_t reduce_splits(const SplitArgs& sa, cudaStream_t stream) {
+cudaError_t reduce_splits(const SplitArgs& sa, cudaStream_t stream, bool pdl) {
   const uqr_gemm_params& p = sa.q.p;
   const bool vec = p.N % 4 == 0 && p.y_head_dim % 4 == 0 && p.y_row_stride % 4 == 0 && p.y_batch_stride % 4 == 0 &&
                    p.y_head_stride % 4 == 0 && reinterpret_cast<uintptr_t>(sa.q.y) % 8 == 0;
   const int64_t threads = static_cast<int64_t>(sa.q.rows) * p.N / (vec ? 4 : 1);
   const dim3 grid(static_cast<unsigned>((threads + 255) / 256));
-  return vec ? launch_ex(reduce_splits_kernel<T, true>, grid, dim3(256), 0, stream, sa)
-             : launch_ex(reduce_splits_kernel<T, false>, grid, dim3(256), 0, stream, sa);
+  return vec ? launch_ex(reduce_splits_kernel<T, true>, grid, dim3(256), 0, stream, pdl, sa)
+             : launch_ex(reduce_splits_kernel<T, false>, grid, dim3(256), 0, stream, pdl, sa);
 }
 
 }  // namespace qmma
 
+// The mid-M kernel's part of the launch plan (QmmaPlan): activation rows a column tile (16: the
+// split-K build, 32, 64), K splits (workspace planes), the stream-K grid (0: off) and, for the
+// 16-row build, its 2-CTAs-an-SM (128-register) variant.
+struct SplitPlan {
+  int cols = 16;
+  int splits = 1;
+  int sk_ctas = 0;
+  bool wide_regs = false;
+};
+
 // The mid-M kernel (qmma_mid_m.cu): more than kQmmaMaxRows activation rows, and 9-16 rows with K
-// split over CTAs (mid_m_splits); sa's call already checked by qmma_unsupported.
-cudaError_t qmma_mid_m(const qmma::SplitArgs& sa, bool bf16, cudaStream_t stream);
-// How many ways the mid-M kernel splits K for this call (> 1: it needs the fp32 partials' ws).
-int mid_m_splits(const uqr_gemm_params& p, int rows);
+// split over CTAs; sa's call already checked by qmma_unsupported and mid_m_plan_invalid.
+cudaError_t qmma_mid_m(const qmma::SplitArgs& sa, const SplitPlan& plan, bool bf16, cudaStream_t stream, bool pdl);
+// nullptr when `plan` can be launched by the mid-M kernel for this call, else why not.
+const char* mid_m_plan_invalid(const uqr_gemm_params& p, int rows, const SplitPlan& plan);
 
 }  // namespace cuda
 }  // namespace uqr

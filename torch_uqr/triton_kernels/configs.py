@@ -58,7 +58,7 @@ QMMA_MAX_ROWS = 16
 QMMA_SMALL_MAX_ROWS = 16
 QMMA_KERNEL_MAX_ROWS = 1 << 20  # the op's limit (kQmmaMidMaxRows): above 16 rows, qmma_mid_m.cu
 # From this many rows the op runs the mid-M kernel (x staged in shared memory by 16-byte copies): at
-# 9-16 rows with K split over CTAs (mid_m_takes in qmma_small_m.cu).
+# 9-16 rows with K split over CTAs (dispatch.qmma_takes_mid; tuning knob split16).
 QMMA_STAGED_X_MIN_ROWS = 9
 QMMA_ENABLED = True
 QMMA_FORMATS = ("q4_0", "q4_1", "q8_0", "q4_k", "mlx4", "var_affine", "exl3", "ternary")
@@ -193,3 +193,24 @@ def scratch_pipeline_for(rows: int, N: int) -> tuple[int, int, float] | None:
         if rows >= min_rows and N >= min_n:
             pick = (chunks, ring, first) if chunks > 1 else None
     return pick
+
+
+# The launch plan of the CUDA C++ kernels (dispatch.plan_qmma / plan_int8 / plan_wgmma), beyond the
+# row limits above; tuning.override changes single rules for A/B runs.
+# Stream-K at 9-16 rows (the mid-M kernel's 16-row build): a grid of STREAMK_PER_SM CTAs an SM dealt
+# equal ranges of all row tiles' stages. With 2 K-splits of 112 row tiles (14336 x 4096) 92 SMs held
+# two CTAs and 40 one, busy 78 % of the kernel (ncu); equal ranges measured 3-9 % faster for every
+# format at 16 rows. Taken only where the power-of-two split leaves more than STREAMK_MAX_EMPTY_PERCENT
+# of those CTA slots empty: the N = 4096 shapes' 256 CTAs (1.94 an SM) stay as measured.
+STREAMK_PER_SM = 2
+STREAMK_MAX_EMPTY_PERCENT = 5
+# The stream-K launch's build at 128 registers (2 CTAs an SM, all stream-K launches) rather than 85:
+# H100, 16 rows, 14336 x 4096, us, 85 -> 128: q4_k 26.4 -> 25.2/25.1, exl3 34.3/35.0 -> 32.5/32.7,
+# the rest within +-3 % either way (their builds gain fewer registers).
+STREAMK_WIDE_REGS_FORMATS = ("q4_k", "exl3")
+# One activation row of the int8 kernel, block-column kernel off: x staged through the weight ring
+# where the grid has fewer than this many CTAs (16 weight rows) an SM (N = 4096: 256).
+INT8_XRING_CTAS_PER_SM = 4
+# Hopper wgmma kernel: 128-row column tiles above this many rows (one CTA an SM; 128 rows: exl3 75.0
+# vs 90.4 us at two CTAs of 64), else 64-row tiles, two CTAs an SM where the grid splits K.
+WGMMA_BM64_MAX_ROWS = 64
