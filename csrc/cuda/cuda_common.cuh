@@ -28,7 +28,7 @@ __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_gr
 // waited itself: the int8 main kernel behind its pre-pass). A kernel that hands its output to a
 // second kernel of the same call (the x pre-passes) lets that one launch at once with
 // pdl_allow_dependents(); a call's last kernel does not, so the next call launches as its CTAs
-// exit. v38, one build (bench/NOTES.md): the last kernel letting the next call launch at its start
+// exit. Measured in one build: the last kernel letting the next call launch at its start
 // or after its main loop cost up to 4 us at one row (4096 x 14336 mlx4 23.6 / 22.7 us against
 // 19.4 at the exit), the next call's CTAs crowding into the slots free at that moment; launching
 // at the exit saved 1.3-2.2 us against no dependent launch (wgmma, 128 rows: q4_0 45.4 / 44.5 ->
@@ -47,8 +47,8 @@ __device__ __forceinline__ void pdl_allow_dependents() {
 // A global load of data the previous kernel may have written (x, a pre-pass's codes), for kernels
 // that pdl_wait(). Not __ldg: ld.global.nc declares the data read-only for the kernel's whole life,
 // so ptxas may schedule it above griddepcontrol.wait - it did for the ternary int8 kernel, which then
-// read the previous call's x whenever the pre-pass was still running (v51: 21 of 80 calls wrong
-// under a second process's load, none with UQR_PDL=0). ld.global.ca caches in L1 as .nc does.
+// read the previous call's x whenever the pre-pass was still running (21 of 80 calls wrong under a
+// second process's load, none with the dependent launch off). ld.global.ca caches in L1 as .nc does.
 // tests/test_cuda_build.py checks that no kernel with the wait keeps an ld.global.nc.
 template <class V>
 __device__ __forceinline__ V ld_after_wait(const V* p) {

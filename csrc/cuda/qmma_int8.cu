@@ -3,7 +3,7 @@
 //
 // Why: the exact small-M kernel (qmma_small_m.cu) is bound by instruction issue - at M = 1 about 45
 // instructions per 512 weights, most of them turning codes into bf16 pairs, taking off the zero
-// point and applying each block's scale after its MMAs (bench/NOTES.md v26). With x in int8 the
+// point and applying each block's scale after its MMAs. With x in int8 the
 // codes enter the MMA as the block stores them: m16n8k32's A fragment gives lane c of row g the
 // bytes k = 4c..4c+3 (a0) and 16+4c..16+4c+3 (a2), and a GGUF q4 code byte i holds elements i (low
 // nibble) and i + 16 (high), so a row's two registers are one word masked, and shifted and masked.
@@ -21,11 +21,11 @@
 // streaming its rows' stages through a private cp.async ring (RowRing); x comes from global memory
 // (L1/L2: every CTA reads all of it, 1 byte an element here). One row runs the block-column form
 // (ColsX: each k-slot of the MMA its own block, x only in that block's column, scales once per block;
-// v44, 14336 x 4096, us: q4_0 15.8 / 16.2 -> 14.5 / 13.8, q4_k 15.4 / 15.6 -> 14.5 / 14.2); with it
-// off (UQR_INT8_COLS=0) one row's x is staged through the ring behind the weights where there are few
+// 14336 x 4096, us: q4_0 15.8 / 16.2 -> 14.5 / 13.8, q4_k 15.4 / 15.6 -> 14.5 / 14.2); with it
+// off (tuning knob int8_cols) one row's x is staged through the ring behind the weights where there are few
 // CTAs (SlotLayout), else read a stage ahead into registers (XPipe). Path "int8" runs this kernel
-// only where it measured faster than the exact one (configs.INT8_AUTO_MAX_ROWS; bench/NOTES.md
-// v31-v44).
+// only where it measured faster than the exact one (configs.INT8_AUTO_MAX_ROWS). The launch plan
+// (variant, warps, shared-memory cap, dependent launch) comes from the router (Int8Plan).
 #include <cstdlib>
 #include <type_traits>
 
@@ -197,7 +197,7 @@ struct XLanes {
 
 // One activation row's x a stage ahead in registers (global x, one column tile): the stage
 // functions read block j from registers, and once they are done with it (consumed) those registers
-// load block j of the next stage, a stage of work before it is needed. v39 ncu of the global-x
+// load block j of the next stage, a stage of work before it is needed. ncu of the global-x
 // kernel at one row: 6.5-7.7 of 18-19 stall cycles an instruction were long-scoreboard waits, the
 // x loads from L2 at the start of each stage.
 struct XPipe {
@@ -726,10 +726,10 @@ __device__ __forceinline__ void exl3_cols_stage(const unsigned char* buf, int sb
 
 // One activation row stages its x through the weight ring (codes and meta of the stage behind its
 // weights, 320 bytes): x operands are then shared-memory loads, which pays where few warps hide the
-// L2 latency of global loads (N = 4096: 256 CTAs). v36, same build (UQR_INT8_XRING), 1 row, staged
+// L2 latency of global loads (N = 4096: 256 CTAs). Same build, 1 row, staged
 // vs global, us: 4096 x 14336 q4_0 18.1 vs 21.4, q4_k 18.1 vs 19.7; 14336 x 4096 17.7 vs 17.2,
-// 16.7 vs 16.4. At more rows the copy costs shared memory and so occupancy (v32, 16 rows on 14336 x
-// 4096: q4_0 56.5 vs v31's 40.2 global), so they read global memory.
+// 16.7 vs 16.4. At more rows the copy costs shared memory and so occupancy (16 rows on 14336 x
+// 4096: q4_0 56.5 vs 40.2 global), so they read global memory.
 template <int FMT, bool kXRing>
 struct SlotLayout {
   using Ring = RowRing<KeyTraits<FMT>>;
@@ -803,7 +803,7 @@ __device__ __forceinline__ void int8_gemm(const Int8Args& a) {
   // while the quantize pre-pass runs, copies the first stages' weights (the pre-pass waited for
   // everything before it, so they are final) and then waits for the pre-pass's x (staged: those
   // stages' x copies, all landed before the loop, whose wait_group then covers the stages it issues
-  // itself). v34, 1 row on 14336 x 4096, without the dependent launch vs with: q4_k 18.4 -> 16.8
+  // itself). 1 row on 14336 x 4096, without the dependent launch vs with: q4_k 18.4 -> 16.8
   // us, q4_0 18.3 -> 17.5.
 #pragma unroll
   for (int s = 0; s < kStages - 1; ++s) issue(s, false);
@@ -880,7 +880,7 @@ __device__ __forceinline__ void int8_gemm(const Int8Args& a) {
 }
 
 // x read from global memory: registers as ptxas chooses (a cap makes it take the whole budget, and
-// fewer resident warps measured slower: v33's 72-80 against v34's 40-64, q4_k 18.1 vs 16.8 us at
+// fewer resident warps measured slower: 72-80 registers against 40-64, q4_k 18.1 vs 16.8 us at
 // one row on 14336 x 4096).
 template <int FMT, typename T, int NT, bool kOneRow, bool kXPipe, bool kCols = false>
 __global__ void __launch_bounds__(ksplit::kMaxWarps * 32) qmma_int8_kernel(const Int8Args a) {

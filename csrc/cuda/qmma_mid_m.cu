@@ -11,11 +11,11 @@
 // bytes (private slot, as in the small-M kernel) + the CTA's x tile [8 NT][stage] (rows padded so
 // the lanes' 8- or 16-byte fragment loads hit distinct banks). One barrier per stage: it publishes
 // stage i to every warp and frees the slot stage i - 1 used, which the next copy fills. Two stages
-// (not three) so that two CTAs share an SM: the kernel is latency-bound (bench/NOTES.md v11).
+// (not three) so that two CTAs share an SM: the kernel is latency-bound.
 //
 // The scales are applied to the codes in T before the MMA (subblock_steps), so the weights
 // are rounded to T once, as the scratch path's decode rounds them; the small-M kernel's fp32
-// scales after the MMA cost 4 FFMA per 2 MMAs and registers here, and measured slower (v11b: q4_0
+// scales after the MMA cost 4 FFMA per 2 MMAs and registers here, and measured slower (q4_0
 // M = 128 101.5 vs 83 us).
 #include "qmma_small_m.h"
 #include "cuda_common.cuh"
@@ -245,7 +245,7 @@ __global__ void __launch_bounds__(kMidWarps * 32, (arch_minb<F, MINB, U>())) qmm
 // 9-16 rows (two column tiles), where K is split over the grid so that the CTAs of a 16-row x tile
 // fill the GPU: two ring stages, x in fragment order, 3 CTAs an SM (registers capped at 85) except
 // mlx4 g128, which spills there (2: 128), and 4 sub-blocks a loop trip except for mlx4's wide x
-// loads and var_affine, which spills at 4 (v68, 16 rows, us, U = 2 -> 4: q4_k 27.9 -> 26.1, exl3
+// loads and var_affine, which spills at 4 (16 rows, us, U = 2 -> 4: q4_k 27.9 -> 26.1, exl3
 // 41.2 -> 36.5, q4_0 23.0 -> 22.7, mlx4 21.7 -> 22.6 on 14336 x 4096).
 constexpr int kSplitStages = 2;
 template <class F>

@@ -2,8 +2,8 @@
 // as the A operand of wgmma (qmma_traits.cuh's per-format codes, scales applied, rounded to T once
 // as in the mid-M kernel) and the activations are the B operand, read by the tensor cores from
 // shared memory. The MMA is asynchronous, so a warp decodes the next batch of sub-blocks while the
-// previous batch multiplies: what the mid-M mma.sync kernel could not overlap (bench/NOTES.md v11:
-// ~9 issued instructions per MMA at 25 % occupancy). What limits it now (v21 ncu, 128 rows): 2 warps
+// previous batch multiplies: what the mid-M mma.sync kernel could not overlap (~9
+// issued instructions per MMA at 25 % occupancy). What limits it now (ncu, 128 rows): 2 warps
 // per scheduler stalled mostly on the per-batch barrier and on the decode's dependent instructions.
 //
 // CTA = two warpgroups = 128 weight rows (each warp its 16 rows, as the weight ring of the mid-M
@@ -39,8 +39,9 @@ __host__ __device__ constexpr size_t wg_smem_limit(int ctas) { return ctas == 1 
 constexpr int kXChunk = 64;  // x elements per swizzled 128-byte row
 
 // Batches of U sub-blocks: decoded into registers, then their 2 U MMAs in one commit group, the
-// next batch decoded while this one multiplies. 4 a batch at one CTA an SM (v15: batches of 4
-// measured no faster than single sub-blocks, and are what v16-v20 ran), 2 under two CTAs' register cap.
+// next batch decoded while this one multiplies. 4 a batch at one CTA an SM (batches of 4
+// measured no faster than single sub-blocks, and are what the later tunings ran), 2 under two CTAs'
+// register cap.
 __host__ __device__ constexpr int wg_batch(int ctas) { return ctas == 1 ? 4 : 2; }
 
 // Depth of the split rings below: x slots, weight slots, and how many batches ahead x is copied.
@@ -66,11 +67,11 @@ __host__ __device__ constexpr SplitDepth split_depth(int x_bytes, int w_bytes, i
 // Shared memory. Two layouts:
 // - whole stages (two CTAs an SM, and mlx4 g128's four batches a stage): a stage = the x tile as
 //   Ring::kStageElems / 64 chunks of [BM][64] (BM * 128 bytes, 1024-aligned), then the 8 warps'
-//   weight slots; as many stages as fit, up to 4 (v16: at 64-row tiles 3-4 stages against 2, q4_0
+//   weight slots; as many stages as fit, up to 4 (at 64-row tiles 3-4 stages against 2, q4_0
 //   at 64 rows 41.2 -> 39.7 us, mlx4 51.3 -> 38.6);
 // - split rings (kSplit: one CTA an SM, two batches a stage): x in slots of one batch (half a stage)
 //   and the weights in stage slots, so x is copied several batches ahead. With whole stages at
-//   128-row tiles only 2 fit (x alone is 64 KB a stage), and v20's ncu put 18 % of the stall cycles
+//   128-row tiles only 2 fit (x alone is 64 KB a stage), and ncu put 18 % of the stall cycles
 //   at 128 rows on waiting for those copies (long scoreboard: the decode reads only shared memory).
 template <class F, int BM, int CTAS>
 struct WgLayout {
@@ -215,7 +216,7 @@ struct WgDecode {
 // 0-7 of the stage (the low nibbles of qs[32c .. 32c + 31]), 2c + 1 in k-steps 8-15 (the high ones),
 // word t of those 32 bytes in k-step t - and x is permuted to match (wg_perm 2). So a lane needs
 // one (a, b) per row and half stage, not all 8 sub-blocks' (the 4 lanes of a row computed the same
-// ones: v29's 617 instructions a stage against q4_0's 497), and its codes come in 16-byte loads.
+// ones: 617 instructions a stage against q4_0's 497), and its codes come in 16-byte loads.
 // The weights stay w = fma(q, a, b) in T with a = d sc and b = -dmin m rounded from fp32, as
 // Traits<UQR_Q4_K>::WordScales + scale_codes round them.
 template <typename T, int U>
@@ -289,7 +290,7 @@ using WgArgs = SplitArgs;
 
 // CTAS = CTAs meant to share an SM: 2 caps registers at 128 a thread (smaller batches, U = 2) and
 // shared memory at half, so 16 warps hide each other's latency instead of 8. Since the split rings
-// (v21) it only pays where the grid splits K (pick_config, v22).
+// it only pays where the grid splits K (the plan's ctas, dispatch.plan_wgmma).
 template <class F, typename T, int BM, int CTAS>
 __global__ void __launch_bounds__(kWgWarps * 32, CTAS) qmma_wgmma_kernel(const WgArgs wa) {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -313,7 +314,7 @@ __global__ void __launch_bounds__(kWgWarps * 32, CTAS) qmma_wgmma_kernel(const W
   const QmmaArgs& a = wa.q;
   // Aligned by an offset from smem_raw, not by casting through an integer: a pointer rebuilt from an
   // integer loses the shared address space, and every weight read became a generic 64-bit LD
-  // instead of LDS (SASS of v19's build).
+  // instead of LDS (SASS).
   unsigned char* smem = smem_raw + ((1024u - (static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw)) & 1023u)) & 1023u);
   const uqr_gemm_params& p = a.p;
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
@@ -329,7 +330,7 @@ __global__ void __launch_bounds__(kWgWarps * 32, CTAS) qmma_wgmma_kernel(const W
   const int piece = tid % kRowPieces, prow = tid / kRowPieces;
   const T* xsrc[kXCopies];
   uint32_t xdst[kXCopies];
-  // Rows of the tile past the last activation row are zero-filled, not read: v22 measured 192 rows
+  // Rows of the tile past the last activation row are zero-filled, not read: measured 192 rows
   // (a half-empty second tile) slower than 256 (q4_0 95.2 vs 81.9 us) when those rows all re-read
   // the last row, one address for 64 rows' copies.
   uint32_t xvalid = 0;
@@ -443,7 +444,7 @@ __global__ void __launch_bounds__(kWgWarps * 32, CTAS) qmma_wgmma_kernel(const W
   wg::fence_operands(acc);
 
   // acc[4 t + q]: weight row g (+8 for q >= 2) of this warp, activation row col0 + 8 t + 2c + (q & 1).
-  // The epilogue runs once per warp with its code cold in the instruction cache (v20 ncu, 128 rows:
+  // The epilogue runs once per warp with its code cold in the instruction cache (ncu, 128 rows:
   // 2.4 of 9.7 stall cycles an instruction waited on instruction fetch; the per-value store_acc
   // unrolled to ~6k instructions), so it is kept short: the two weight rows' column offsets once,
   // each activation row's (batch, row) stepped from the previous one instead of divided.

@@ -514,7 +514,7 @@ def _scratch_matmul(lay: GemmLayout, w: torch.Tensor, fmt: str, N: int, K: int, 
         y_view = lay.y.view(-1, H, lay.M, D)
         for b in range(x.shape[0]):
             torch.bmm(x[b].expand(H, lay.M, K), w_heads, out=y_view[b])
-    else:  # cuBLAS writes y in place (a copy of y costs ~10% at M = 4096: NOTES v2)
+    else:  # cuBLAS writes y in place (a copy of y costs ~10% at M = 4096)
         torch.matmul(x, wd.t(), out=lay.y.view(-1, lay.M, N))
 
 
