@@ -6,10 +6,19 @@
 
 #include "cpu/gemm_cpu.h"
 
+namespace uqr {
+// The poisoned-outputs switch (csrc/cpu/gemm_args.cpp).
+void set_poison(bool enabled);
+bool poison_enabled();
+}  // namespace uqr
+
 TORCH_LIBRARY(uqr, m) {
   m.def(
       "gemm(Tensor x, Tensor w, str fmt, int N, int K, int group_size, int out_heads, bool in_heads, "
       "str path) -> Tensor");
+  // Test aid: fill every fresh output with NaN (torch_uqr.ops.poison_outputs).
+  m.def("_set_poison(bool enabled) -> ()", [](bool enabled) { uqr::set_poison(enabled); });
+  m.def("_poison_enabled() -> bool", []() { return uqr::poison_enabled(); });
 }
 
 TORCH_LIBRARY_IMPL(uqr, CPU, m) { m.impl("gemm", &uqr::cpu::gemm); }

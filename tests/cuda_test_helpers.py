@@ -1,7 +1,9 @@
 """Helpers shared by the tests of the CUDA C++ kernels (run only where a GPU is present)."""
 from __future__ import annotations
 
+import contextlib
 import os
+from typing import Iterator
 
 import pytest
 import torch
@@ -28,6 +30,25 @@ def require_qmma_kernel() -> None:
     from torch_uqr.triton_kernels.dispatch import qmma_available
     if not ops.op_available() or not qmma_available():
         pytest.skip("torch_uqr._C was built without the CUDA kernels")
+
+
+@contextlib.contextmanager
+def poisoned() -> Iterator[None]:
+    """Every fresh output NaN-filled inside the block (torch_uqr.ops.poison_outputs), so an element
+    a kernel skips fails the finiteness check; off again after it."""
+    from torch_uqr.ops import poison_outputs
+    poison_outputs(True)
+    try:
+        yield
+    finally:
+        poison_outputs(False)
+
+
+@pytest.fixture
+def poisoned_outputs() -> Iterator[None]:
+    """Fixture form of ``poisoned`` for one test (import it into the test module)."""
+    with poisoned():
+        yield
 
 
 def fresh_seed() -> int:

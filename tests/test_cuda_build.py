@@ -22,7 +22,7 @@ NVCC = shutil.which("nvcc") or next(
 # (source, kernel name, instantiations per target): the tensor-core small-M kernel is 10
 # format/group variants (all eight formats, mlx4 at g = 32 / 64 / 128) x {bf16, fp16} x {1, 2}
 # column tiles; the mid-M kernel 10 x 2 x {2 (9-16 rows, split K), 4, 8} column tiles (of 8 activation rows), plus
-# the 9-16-row build at 128 registers (UQR_STREAMK_REGS) for the 9 variants not already built so; the
+# the 9-16-row build at 128 registers (the stream-K plan's wide_regs) for the 9 variants not already built so; the
 # decode-to-dense kernel 10 format/group variants x {bf16, fp16, fp32} outputs; the Hopper wgmma
 # kernel 10 x 2 x {64, 128} column tiles less mlx4 g128 at 128 (its stage does not fit shared memory),
 # plus 64-row tiles at two CTAs an SM for the 8 variants whose stages fit half the shared memory;
@@ -63,7 +63,7 @@ PDL_SOURCES = sorted(f for f in os.listdir(os.path.join(ROOT, "csrc", "cuda"))
 @pytest.mark.skipif(NVCC is None, reason="nvcc not found (CUDA toolkit not installed)")
 @pytest.mark.parametrize("source", PDL_SOURCES)
 def test_no_read_only_loads_in_kernels_that_wait(tmp_path, source: str) -> None:
-    """v51: the ternary int8 kernel's __ldg of the pre-pass's x codes ran before griddepcontrol.wait
+    """Seen once: the ternary int8 kernel's __ldg of the pre-pass's x codes ran before griddepcontrol.wait
     in its SASS and read the previous call's x when the pre-pass was late (wrong outputs under load,
     none with the dependent launch off). The PTX of each kernel that waits has no ld.global.nc."""
     ptx = tmp_path / "k.ptx"

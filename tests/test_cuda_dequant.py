@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from cuda_test_helpers import check_close, fresh_seed
+from cuda_test_helpers import check_close, fresh_seed, poisoned_outputs  # noqa: F401 (fixture)
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 
@@ -119,12 +119,11 @@ def test_dequant_errors(make, msg: str) -> None:
 
 
 @pytest.mark.parametrize("fmt,g", FORMATS, ids=IDS)
-def test_scratch_path_end_to_end(fmt: str, g: int, monkeypatch) -> None:
-    """gemm_triton(kernel="scratch") decodes with the CUDA kernel: close to float64, and bit-equal
+def test_scratch_path_end_to_end(fmt: str, g: int, monkeypatch, poisoned_outputs) -> None:
+    """gemm_cuda_route(kernel="scratch") decodes with the CUDA kernel: close to float64, and bit-equal
     to the same path with the Triton decoder (same dense weights, same cuBLAS call) but for exl3."""
     from torch_uqr.triton_kernels import configs, dispatch
     from torch_uqr.triton_kernels.testing import random_packed, reference_dequantize
-    monkeypatch.setenv("UQR_POISON", "1")
     N, K = 129, 2304
     w = random_packed(fmt, N, K, g, seed=fresh_seed(), device="cuda")
     wref = reference_dequantize(w, fmt, N, K, g)
@@ -132,10 +131,10 @@ def test_scratch_path_end_to_end(fmt: str, g: int, monkeypatch) -> None:
         x = torch.randn(2, 70, K, device="cuda").to(dtype)
         monkeypatch.setattr(configs, "CUDA_DEQUANT_ENABLED", True)
         assert dispatch.scratch_decoder() is dispatch.dequantize_cuda
-        y = dispatch.gemm_triton(x, w, fmt, N, K, g, kernel="scratch")
+        y = dispatch.gemm_cuda_route(x, w, fmt, N, K, g, kernel="scratch")
         check_close(y, x.double() @ wref.t(), tol, f"{fmt} scratch {dtype}", worst_factor=4)
         if fmt == "exl3":  # the Triton decoder rounds exl3 once less (test_dequant_bit_exact)
             continue
         monkeypatch.setattr(configs, "CUDA_DEQUANT_ENABLED", False)
-        y_triton = dispatch.gemm_triton(x, w, fmt, N, K, g, kernel="scratch")
+        y_triton = dispatch.gemm_cuda_route(x, w, fmt, N, K, g, kernel="scratch")
         _assert_same_bits(y.reshape(-1, N), y_triton.reshape(-1, N), f"{fmt} scratch {dtype} vs Triton decoder")

@@ -5,7 +5,8 @@ layout, and the dispatch around it (calls the kernel does not take run path "aut
 The reference (gemm_helpers.int8_reference: x rounded to int8 in fp32 torch arithmetic as the
 kernels do it, then code * scale times the float64 decoded W) is checked against the C++ CPU int8
 path by the first test, which needs no GPU and runs in CI. The rest needs a CUDA device and an
-extension built with the kernel; y is NaN-poisoned (UQR_POISON=1) so an unwritten output fails.
+extension built with the kernel; y is NaN-poisoned (torch_uqr.ops.poison_outputs) so an unwritten
+output fails.
 Fresh random weights every run.
 """
 from __future__ import annotations
@@ -38,8 +39,10 @@ def check_rounded(y: torch.Tensor, ref: torch.Tensor, dtype: torch.dtype, what: 
 
 
 @pytest.fixture(autouse=True)
-def _poison(monkeypatch):
-    monkeypatch.setenv("UQR_POISON", "1")
+def _poison():
+    from cuda_test_helpers import poisoned
+    with poisoned():
+        yield
 
 
 @pytest.mark.parametrize("fmt", FORMATS)
@@ -71,8 +74,9 @@ def cuda() -> None:
         pytest.skip("torch_uqr._C was built without the CUDA int8 kernel")
 
 
-def _int8(x, w, fmt, N, K, out_heads=0, in_heads=False):
-    return torch.ops.uqr._int8_cuda(x, w, fmt, N, K, 0, out_heads, in_heads)
+def _int8(x, w, fmt, N, K, out_heads=0, in_heads=False, g=0):
+    from torch_uqr.triton_kernels.dispatch import run_int8
+    return run_int8(x, w, fmt, N, K, g, out_heads, in_heads)
 
 
 def _weight(fmt: str, N: int, K: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -87,8 +91,8 @@ def test_int8_cuda_matches_reference(cuda, fmt: str) -> None:
     """Every row count of both column tiles (1, 7, 16; batches of 2 x 8 and 3 x 5), N with a partial
     16-row CTA and N enough to fill the GPU, K of one and several stages per warp. One row takes x
     staged through the ring below 4 CTAs an SM (on the H200: N < 8448) and from global memory a
-    stage ahead in registers above (8464; UQR_INT8_XPIPE=0 in the H200 scripts: without); both
-    unless the block-column kernel takes every one-row call (UQR_INT8_COLS, on by default)."""
+    stage ahead in registers above (8464), unless the block-column kernel takes every one-row call
+    (tuning knob int8_cols, on by default; test_int8_cuda_one_row_variants runs the others)."""
     for N, K in ((256, 512), (4352, 1024), (200, 1536), (8464, 2048)):
         w, W = _weight(fmt, N, K)
         for dtype in HALF:
@@ -130,6 +134,27 @@ def test_int8_cuda_matches_cpu_int8(cuda, fmt: str) -> None:
                 check_rounded(_int8(x, w, fmt, N, K).cpu(), y_cpu, dtype, f"{fmt} {N}x{K} M={M} {dtype} vs CPU")
 
 
+ONE_ROW_VARIANTS = {"xring": dict(int8_cols=False, int8_xring=True), "xpipe": dict(int8_cols=False, int8_xring=False),
+                    "global": dict(int8_cols=False, int8_xring=False, int8_xpipe=False),
+                    "by_grid": dict(int8_cols=False)}
+
+
+@pytest.mark.parametrize("knobs", list(ONE_ROW_VARIANTS), ids=list(ONE_ROW_VARIANTS))
+@pytest.mark.parametrize("fmt", ["q4_0", "q4_k"])
+def test_int8_cuda_one_row_variants(cuda, fmt: str, knobs: str) -> None:
+    """The one-row kernels the block-column default leaves out (tuning overrides): x staged through
+    the ring, from global memory a stage ahead in registers, or without, and the grid rule's choice."""
+    from torch_uqr.triton_kernels import dispatch, tuning
+    with tuning.override(**ONE_ROW_VARIANTS[knobs]):
+        for N, K in ((256, 512), (200, 1536), (8464, 2048)):
+            w, W = _weight(fmt, N, K)
+            x = torch.randn(1, K, device="cuda").to(torch.bfloat16)
+            plan = dispatch.launch_plan("int8", x, fmt, N, K)
+            assert plan.variant != dispatch.INT8_COLS, plan
+            check_rounded(_int8(x, w, fmt, N, K).cpu(), int8_reference(x.cpu(), W, fmt), torch.bfloat16,
+                          f"{fmt} {N}x{K} {knobs}")
+
+
 def test_int8_cuda_dispatch_and_fallback(cuda) -> None:
     """path "int8" runs the kernel up to configs.INT8_AUTO_MAX_ROWS (its bits, not auto's) and path
     "auto" past it (batch counted), for fp32 x and for x heads narrower than a stage."""
@@ -156,7 +181,7 @@ def test_int8_cuda_dispatch_and_fallback(cuda) -> None:
 
 
 def test_int8_cuda_errors(cuda) -> None:
-    from torch_uqr.triton_kernels.dispatch import gemm_triton
+    from torch_uqr.triton_kernels.dispatch import gemm_cuda_route
     N, K = 64, 512
     w, _ = _weight("q4_0", N, K)
     wm = random_packed("mlx4", N, K, 64, seed=1, device="cuda")
@@ -165,15 +190,16 @@ def test_int8_cuda_errors(cuda) -> None:
     with pytest.raises(ValueError, match="path='int8' .*supports fmt 'q4_0', 'q4_k', .*'exl3'.*not 'q8_0'"):
         uqr.gemm(x, uqr.QTensor(w8, "q8_0", (N, K)), path="int8")
     with pytest.raises(ValueError, match="kernel: 'int8' takes.*got fmt 'mlx4'.*3 rows"):
-        gemm_triton(x, wm, "mlx4", N, K, 64, kernel="int8")  # mlx4: one row only
+        gemm_cuda_route(x, wm, "mlx4", N, K, 64, kernel="int8")  # mlx4: one row only
     wm128 = random_packed("mlx4", N, K, 128, seed=1, device="cuda")
     with pytest.raises(ValueError, match="kernel: 'int8' takes.*got fmt 'mlx4'"):
-        gemm_triton(x[:1], wm128, "mlx4", N, K, 128, kernel="int8")  # g = 128: no block-column form
+        gemm_cuda_route(x[:1], wm128, "mlx4", N, K, 128, kernel="int8")  # g = 128: no block-column form
     with pytest.raises(RuntimeError, match="unsupported call"):
-        torch.ops.uqr._int8_cuda(x, wm, "mlx4", N, K, 64, 0, False)
+        # variant 0 (tiles), 1 warp, smem cap, no PDL: the op refuses the call before the plan
+        torch.ops.uqr._int8_cuda(x, wm, "mlx4", N, K, 64, 0, False, 0, 1, True, False)
     x17 = torch.randn(17, K, device="cuda", dtype=torch.bfloat16)
     with pytest.raises(ValueError, match="kernel: 'int8' takes.*17 rows"):
-        gemm_triton(x17, w, "q4_0", N, K, kernel="int8")
+        gemm_cuda_route(x17, w, "q4_0", N, K, kernel="int8")
     with pytest.raises(RuntimeError, match="unsupported call"):
         _int8(x17, w, "q4_0", N, K)  # the op checks for itself too
 
@@ -212,17 +238,17 @@ def test_int8_cuda_one_row_formats(cuda, fmt: str, g: int) -> None:
         for dtype in HALF:
             for batch in ((), (1,)):
                 x = torch.randn(*batch, 1, K, device="cuda").to(dtype)
-                y = torch.ops.uqr._int8_cuda(x, w, fmt, N, K, g, 0, False)
+                y = _int8(x, w, fmt, N, K, g=g)
                 check_rounded(y.cpu(), int8_reference(x.cpu(), W, fmt, group_size=g), dtype,
                               f"{fmt} g={g} {N}x{K} {dtype} batch {batch}")
     N, K, h_in, h_out = 264, 2048, 8, 4
     w = random_packed(fmt, N, K, g, seed=fresh_seed(), device="cuda")
     x = torch.randn(1, h_in, 1, K // h_in, device="cuda", dtype=torch.bfloat16)
     xp = rows_of(x, True).contiguous()
-    plain = torch.ops.uqr._int8_cuda(xp, w, fmt, N, K, g, 0, False)
+    plain = _int8(xp, w, fmt, N, K, g=g)
     heads = plain.reshape(1, 1, h_out, N // h_out).transpose(1, 2)
-    assert torch.equal(torch.ops.uqr._int8_cuda(x, w, fmt, N, K, g, 0, True), plain), "in_heads"
-    assert torch.equal(torch.ops.uqr._int8_cuda(x, w, fmt, N, K, g, h_out, True), heads), "both"
+    assert torch.equal(_int8(x, w, fmt, N, K, 0, True, g=g), plain), "in_heads"
+    assert torch.equal(_int8(x, w, fmt, N, K, h_out, True, g=g), heads), "both"
     qt_cpu = uqr.QTensor(w.cpu(), fmt, (N, K), g)
     y_cpu = uqr.gemm(xp.cpu().float(), qt_cpu, path="int8").double()
     check_rounded(plain.cpu(), y_cpu, torch.bfloat16, f"{fmt} g={g} vs CPU int8")
@@ -240,7 +266,7 @@ def test_int8_cuda_one_row_dispatch(cuda, fmt: str, g: int) -> None:
     if g == 128:
         assert torch.equal(y1, uqr.gemm(x1, qt)), "g = 128 runs auto"
     else:
-        assert torch.equal(y1, torch.ops.uqr._int8_cuda(x1, w, fmt, N, K, g, 0, False))
+        assert torch.equal(y1, _int8(x1, w, fmt, N, K, g=g))
         assert not torch.equal(y1, uqr.gemm(x1, qt)), f"{fmt} g = {g}: int8, not auto"
     x2 = torch.randn(2, K, device="cuda", dtype=torch.bfloat16)
     assert torch.equal(uqr.gemm(x2, qt, path="int8"), uqr.gemm(x2, qt)), f"{fmt} g = {g}: two rows run auto"

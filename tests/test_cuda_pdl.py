@@ -7,8 +7,9 @@ So: chains of calls with no synchronisation in between, each multiplying the out
 call has just written (square weights), checked against float64 products of the actual
 intermediate outputs; and weights written by an elementwise kernel immediately before the call.
 Every kernel: the exact small-M kernel (1 and 16 rows), path int8 (pre-pass + main kernel), the
-wgmma kernel with and without its split-K reduction. UQR_POISON=1 NaN-fills every output first,
-so an output read before it is written poisons the next link. Fresh random weights every run.
+wgmma kernel with and without its split-K reduction, each with the dependent launch on (the
+default on sm_90) and off (tuning override pdl=False). Outputs are NaN-poisoned
+(torch_uqr.ops.poison_outputs), so an output read before it is written poisons the next link. Fresh random weights every run.
 Needs a CUDA device and the extension's kernels (skipped otherwise, as in CI).
 """
 from __future__ import annotations
@@ -16,7 +17,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from cuda_test_helpers import check_half, fresh_seed, require_qmma_kernel
+from cuda_test_helpers import check_half, fresh_seed, poisoned, require_qmma_kernel
 from gemm_helpers import int8_reference
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
@@ -25,9 +26,23 @@ K = 2048  # square weights: y of one call is x of the next; 8 stages, split over
 
 
 @pytest.fixture(autouse=True)
-def _needs_kernel(monkeypatch):
+def _needs_kernel():
     require_qmma_kernel()
-    monkeypatch.setenv("UQR_POISON", "1")
+    with poisoned():
+        yield
+
+
+@pytest.fixture(params=[True, False], ids=["pdl", "no_pdl"])
+def pdl(request):
+    """Each chain with the dependent launch as planned (on for sm_90) and turned off."""
+    from torch_uqr.triton_kernels import tuning
+    with tuning.override(pdl=None if request.param else False):
+        yield request.param
+
+
+def _op(name: str):
+    from torch_uqr.triton_kernels import dispatch
+    return {"_qmma_cuda": dispatch.run_qmma, "_int8_cuda": dispatch.run_int8, "_wgmma_cuda": dispatch.run_wgmma}[name]
 
 
 def _weights(fmt: str, g: int, n: int) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
@@ -55,24 +70,27 @@ def _run_chain(call, fmt: str, rows: int, g: int = 0, links: int = 5, ref=None):
 
 @pytest.mark.parametrize("fmt,g", [("q4_0", 0), ("q4_k", 0), ("mlx4", 64), ("ternary", 0)])
 @pytest.mark.parametrize("rows", [1, 16])
-def test_small_m_chain(fmt: str, g: int, rows: int) -> None:
-    _run_chain(lambda x, w: torch.ops.uqr._qmma_cuda(x, w, fmt, K, K, g, 0, False), fmt, rows, g)
+def test_small_m_chain(fmt: str, g: int, rows: int, pdl: bool) -> None:
+    from torch_uqr.triton_kernels.dispatch import launch_plan
+    x = torch.zeros(rows, K, device="cuda", dtype=torch.bfloat16)
+    assert launch_plan("qmma", x, fmt, K, K, g).pdl == (pdl and torch.cuda.get_device_capability()[0] >= 9)
+    _run_chain(lambda x, w: _op("_qmma_cuda")(x, w, fmt, K, K, g, 0, False), fmt, rows, g)
 
 
 @pytest.mark.parametrize("fmt", ["q4_0", "q4_k"])
 @pytest.mark.parametrize("rows", [1, 16])
-def test_int8_chain(fmt: str, rows: int) -> None:
-    _run_chain(lambda x, w: torch.ops.uqr._int8_cuda(x, w, fmt, K, K, 0, 0, False), fmt, rows,
+def test_int8_chain(fmt: str, rows: int, pdl: bool) -> None:
+    _run_chain(lambda x, w: _op("_int8_cuda")(x, w, fmt, K, K, 0, 0, False), fmt, rows,
                ref=lambda x, wref: int8_reference(x.cpu(), wref.cpu(), fmt).to(x.device))
 
 
 @pytest.mark.parametrize("rows", [128, 7])
-def test_wgmma_chain(rows: int) -> None:
+def test_wgmma_chain(rows: int, pdl: bool) -> None:
     from torch_uqr.triton_kernels.dispatch import wgmma_available
     if torch.cuda.get_device_capability() != (9, 0) or not wgmma_available(torch.cuda.current_device()):
         pytest.skip("needs the sm_90 wgmma kernel")
     # N = 2048 makes 16 row tiles: both row counts split K in two, so the reduction kernel runs too.
-    _run_chain(lambda x, w: torch.ops.uqr._wgmma_cuda(x, w, "q4_0", K, K, 0, 0, False), "q4_0", rows)
+    _run_chain(lambda x, w: _op("_wgmma_cuda")(x, w, "q4_0", K, K, 0, 0, False), "q4_0", rows)
 
 
 @pytest.mark.parametrize("op", ["_qmma_cuda", "_int8_cuda"])
@@ -87,7 +105,7 @@ def test_weights_written_just_before(op: str) -> None:
         torch.cuda.synchronize()
         torch.bitwise_xor(src, 0, out=wbuf)  # an elementwise kernel writes w; the gemm follows at once
         x = torch.randn(1, K, device="cuda", dtype=torch.bfloat16)
-        y = getattr(torch.ops.uqr, op)(x, wbuf, fmt, K, K, 0, 0, False)
+        y = _op(op)(x, wbuf, fmt, K, K, 0, 0, False)
         wref = reference_dequantize(src, fmt, K, K, 0)
         expect = x.double() @ wref.t() if op == "_qmma_cuda" else int8_reference(x.cpu(), wref.cpu(), fmt).cuda()
         check_half(y, expect, torch.bfloat16, f"{op} weights written by the kernel before")

@@ -2,8 +2,8 @@
 against float64.
 
 Skipped without a CUDA device or when torch_uqr._C was built without them (CPU torch; CI compiles
-the .cu files with nvcc in test_cuda_build.py). y is NaN-poisoned (UQR_POISON=1) so an unwritten
-output fails; N is not a multiple of a CTA's 16 (small-M) or 128 (mid-M) rows, K spans several
+the .cu files with nvcc in test_cuda_build.py). y is NaN-poisoned (torch_uqr.ops.poison_outputs) so an
+unwritten output fails; N is not a multiple of a CTA's 16 (small-M) or 128 (mid-M) rows, K spans several
 stages and an uneven split over the small-M kernel's warps and over the split-K CTAs of 9-16 rows,
 rows cover both 8-wide MMA column tiles and partial 32- and 64-row column tiles of the mid-M kernel, fresh random
 bytes every run.
@@ -13,15 +13,17 @@ from __future__ import annotations
 import pytest
 import torch
 
-from cuda_test_helpers import TC_FORMAT_IDS, TC_FORMATS, check_half, check_layouts, fresh_seed, require_qmma_kernel
+from cuda_test_helpers import (TC_FORMAT_IDS, TC_FORMATS, check_half, check_layouts, fresh_seed, poisoned,
+                               require_qmma_kernel)
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 
 
 @pytest.fixture(autouse=True)
-def _needs_kernel(monkeypatch):
+def _needs_kernel():
     require_qmma_kernel()
-    monkeypatch.setenv("UQR_POISON", "1")
+    with poisoned():
+        yield
 
 
 # Codes and products are exact, accumulation fp32: the error is y's rounding (bf16 2^-9, fp16 2^-12)
@@ -31,7 +33,8 @@ _check = check_half
 
 
 def _qmma(x, w, fmt, N, K, g=0, out_heads=0, in_heads=False):
-    return torch.ops.uqr._qmma_cuda(x, w, fmt, N, K, g, out_heads, in_heads)
+    from torch_uqr.triton_kernels.dispatch import run_qmma
+    return run_qmma(x, w, fmt, N, K, g, out_heads, in_heads)
 
 
 @pytest.mark.parametrize("fmt,g", TC_FORMATS, ids=TC_FORMAT_IDS)
@@ -64,20 +67,20 @@ def test_qmma_split_k_rows(fmt: str, g: int) -> None:
             _check(_qmma(x, w, fmt, N, K, g), x.double() @ wref.t(), torch.bfloat16, f"{fmt} {N}x{K} M={M}")
 
 
-@pytest.mark.parametrize("splits", ["3", "12"])
-def test_qmma_split_k_forced_splits(splits: str) -> None:
-    """Split counts the default rule never picks (UQR_SPLIT16_SPLITS, read once, so each in a
-    process of its own): 3 (not a power of two: uneven stage ranges at K = 4096) and 12 (1-2 stages
-    a split at K = 4096; at K = 2816, 11 stages, capped at one stage a split)."""
-    import os
-    import subprocess
-    import sys
-    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:xdist", "-p", "no:cacheprovider",
-           f"{os.path.abspath(__file__)}::test_qmma_split_k_rows", "-k", "q4_0 or q4_k or mlx4 or exl3"]
-    res = subprocess.run(cmd, env={**os.environ, "UQR_SPLIT16_SPLITS": splits}, capture_output=True, text=True,
-                         timeout=600)
-    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-2000:]
-    assert " passed" in res.stdout and "skipped" not in res.stdout.splitlines()[-1], res.stdout[-2000:]
+@pytest.mark.parametrize("splits", [3, 12])
+@pytest.mark.parametrize("fmt,g", [f for f in TC_FORMATS if f[0] in ("q4_0", "q4_k", "mlx4", "exl3")],
+                         ids=[i for f, i in zip(TC_FORMATS, TC_FORMAT_IDS) if f[0] in ("q4_0", "q4_k", "mlx4", "exl3")])
+def test_qmma_split_k_forced_splits(fmt: str, g: int, splits: int) -> None:
+    """Split counts the default rule never picks (tuning knob split16_splits): 3 (not a power of
+    two: uneven stage ranges at K = 4096) and 12 (1-2 stages a split at K = 4096; at K = 2816, 11
+    stages, capped at one stage a split)."""
+    from torch_uqr.triton_kernels import tuning
+    from torch_uqr.triton_kernels.dispatch import launch_plan
+    with tuning.override(split16_splits=splits):
+        x = torch.randn(12, 4096, device="cuda", dtype=torch.bfloat16)
+        plan = launch_plan("qmma", x, fmt, 300, 4096, g)
+        assert plan.mid and plan.streamk_ctas == 0 and plan.splits == min(splits, 4096 // (512 if g == 128 else 256))
+        test_qmma_split_k_rows(fmt, g)
 
 
 @pytest.mark.parametrize("fmt,g", [f for f in TC_FORMATS if f[0] in ("q4_0", "q4_k", "mlx4", "var_affine", "exl3")],
@@ -96,26 +99,25 @@ def test_qmma_streamk_wide(fmt: str, g: int) -> None:
         _check(_qmma(x, w, fmt, N, K, g), x.double() @ wref.t(), torch.bfloat16, f"{fmt} {N}x{K} M={M}")
 
 
-@pytest.mark.parametrize("env", ["UQR_STREAMK_CTAS=4", "UQR_STREAMK_CTAS=7", "UQR_STREAMK_PER_SM=3",
-                                 "UQR_STREAMK=0", "UQR_STREAMK=2 UQR_STREAMK_REGS=128",
-                                 "UQR_STREAMK_REGS=85"])
-def test_qmma_streamk_forced(env: str) -> None:
-    """Stream-K grids the default never picks (read once, so each in a process of its own): 4 and 7
-    CTAs for N = 300's 3 row tiles (ranges of 12 and ~7 stages crossing tiles at K = 4096), 3 an SM,
-    stream-K off (K split in equal power-of-two ways), stream-K everywhere with its kernel built for
-    128 registers, and with the 85-register build that q4_k and exl3 no longer take by default
-    (every format for both: each has its own build there)."""
-    import os
-    import subprocess
-    import sys
-    envs = dict(kv.split("=") for kv in env.split())
-    formats = "" if "UQR_STREAMK_REGS" in envs else "q4_0 or q4_k or mlx4 or exl3"
-    here = os.path.abspath(__file__)
-    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:xdist", "-p", "no:cacheprovider",
-           f"{here}::test_qmma_split_k_rows", f"{here}::test_qmma_streamk_wide", "-k", formats]
-    res = subprocess.run(cmd, env={**os.environ, **envs}, capture_output=True, text=True, timeout=600)
-    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-2000:]
-    assert " passed" in res.stdout and "skipped" not in res.stdout.splitlines()[-1], res.stdout[-2000:]
+STREAMK_FORCED = {"ctas4": dict(streamk_ctas=4), "ctas7": dict(streamk_ctas=7), "per_sm3": dict(streamk_per_sm=3),
+                  "off": dict(streamk=False), "everywhere_wide": dict(streamk=True, streamk_wide_regs=True),
+                  "narrow": dict(streamk_wide_regs=False)}
+
+
+@pytest.mark.parametrize("knobs", list(STREAMK_FORCED), ids=list(STREAMK_FORCED))
+@pytest.mark.parametrize("fmt,g", TC_FORMATS, ids=TC_FORMAT_IDS)
+def test_qmma_streamk_forced(fmt: str, g: int, knobs: str) -> None:
+    """Stream-K grids the default never picks (tuning overrides): 4 and 7 CTAs for N = 300's 3 row
+    tiles (ranges of 12 and ~7 stages crossing tiles at K = 4096), 3 an SM, stream-K off (K split in
+    equal power-of-two ways), stream-K everywhere with its kernel built for 128 registers, and the
+    85-register build that q4_k and exl3 do not take by default (every format for the register
+    builds: each has its own there; the others for q4_0, q4_k, mlx4 and exl3)."""
+    from torch_uqr.triton_kernels import tuning
+    if "wide" not in knobs and knobs != "narrow" and fmt not in ("q4_0", "q4_k", "mlx4", "exl3"):
+        pytest.skip("grid overrides: four formats suffice")
+    with tuning.override(**STREAMK_FORCED[knobs]):
+        test_qmma_split_k_rows(fmt, g)
+        test_qmma_streamk_wide(fmt, g)
 
 
 @pytest.mark.parametrize("fmt", ["q4_0", "q4_k", "mlx4", "var_affine", "ternary"])
@@ -149,13 +151,13 @@ def test_qmma_dispatch_and_fallbacks() -> None:
     w_odd = random_packed("q4_0", N, 288, 0, seed=1, device="cuda")  # K = 288: not a multiple of the stage
     assert not dispatch.qmma_fits(torch.randn(1, 288, device="cuda", dtype=torch.bfloat16), w_odd, "q4_0", 288, 0,
                                   False, 1)
-    y = dispatch.gemm_triton(x, w, "q4_0", N, K)
+    y = dispatch.gemm_cuda_route(x, w, "q4_0", N, K)
     _check(y, x.double() @ wref.t(), torch.bfloat16, "auto")
     with pytest.raises(RuntimeError, match="unsupported call"):
         _qmma(x.float(), w, "q4_0", N, K)
     xh = torch.randn(4, 5, K // 4, device="cuda", dtype=torch.bfloat16)  # heads of 128 < a 256 stage
     assert not dispatch.qmma_fits(xh, w, "q4_0", K, 0, True, 5)
-    _check(dispatch.gemm_triton(xh, w, "q4_0", N, K, in_heads=True),
+    _check(dispatch.gemm_cuda_route(xh, w, "q4_0", N, K, in_heads=True),
            xh.transpose(0, 1).reshape(5, K).double() @ wref.t(), torch.bfloat16, "heads of 128 via Triton")
     _check(uqr.gemm(x, uqr.QTensor(w, "q4_0", (N, K))), x.double() @ wref.t(), torch.bfloat16, "public gemm")
 

@@ -12,7 +12,7 @@ import torch
 
 from torch_uqr.triton_kernels.scratch_pipeline import chunk_rows, slice_bounds
 
-from cuda_test_helpers import check_close, fresh_seed
+from cuda_test_helpers import check_close, fresh_seed, poisoned_outputs  # noqa: F401 (fixture)
 
 
 @pytest.mark.parametrize("N,chunks,align,want", [(14336, 1, 128, 14336), (14336, 4, 128, 3584),
@@ -111,11 +111,10 @@ def test_pipeline_table_lookup(monkeypatch) -> None:
 
 
 @needs_cuda
-def test_gemm_uses_pipeline_end_to_end(monkeypatch) -> None:
-    """gemm_triton's scratch kernel with a pipeline entry in force, plain and batched x."""
+def test_gemm_uses_pipeline_end_to_end(monkeypatch, poisoned_outputs) -> None:
+    """gemm_cuda_route's scratch kernel with a pipeline entry in force, plain and batched x."""
     from torch_uqr.triton_kernels import configs, dispatch
     from torch_uqr.triton_kernels.testing import random_packed, reference_dequantize
-    monkeypatch.setenv("UQR_POISON", "1")
     monkeypatch.setattr(configs, "SCRATCH_PIPELINE", ((1, 1, 3, 2, 0.25),))
     calls = []
     real = dispatch.scratch_pipelined
@@ -125,6 +124,6 @@ def test_gemm_uses_pipeline_end_to_end(monkeypatch) -> None:
     wref = reference_dequantize(w, "q4_1", N, K, 0)
     for shape in ((33, K), (2, 40, K)):
         x = torch.randn(*shape, device="cuda", dtype=torch.bfloat16)
-        y = dispatch.gemm_triton(x, w, "q4_1", N, K, 0, kernel="scratch")
+        y = dispatch.gemm_cuda_route(x, w, "q4_1", N, K, 0, kernel="scratch")
         check_close(y.float(), x.double() @ wref.t(), 8e-3, f"pipelined gemm {shape}", worst_factor=4)
     assert calls == [(3, 2, 0.25), (3, 2, 0.25)]

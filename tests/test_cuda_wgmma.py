@@ -2,7 +2,7 @@
 against float64.
 
 Skipped without an sm_90 device or without the op (CPU torch; CI compiles the .cu files with nvcc
-in test_cuda_build.py). y is NaN-poisoned (UQR_POISON=1) so an unwritten output fails. N is not a
+in test_cuda_build.py). y is NaN-poisoned (torch_uqr.ops.poison_outputs) so an unwritten output fails. N is not a
 multiple of a CTA's 128 weight rows, K spans several stages, rows cover partial 64- and 128-row
 column tiles (and the odd counts of the brief: 1, 7, 33, 127, 129), fresh random bytes every run.
 """
@@ -18,16 +18,19 @@ pytestmark = pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.get_
 
 
 @pytest.fixture(autouse=True)
-def _needs_kernel(monkeypatch):
+def _needs_kernel():
     ops = pytest.importorskip("torch_uqr.ops")
     from torch_uqr.triton_kernels.dispatch import wgmma_available
     if not ops.op_available() or not wgmma_available(torch.cuda.current_device()):
         pytest.skip("torch_uqr._C was built without the wgmma kernel")
-    monkeypatch.setenv("UQR_POISON", "1")
+    from cuda_test_helpers import poisoned
+    with poisoned():
+        yield
 
 
 def _wgmma(x, w, fmt, N, K, g=0, out_heads=0, in_heads=False):
-    return torch.ops.uqr._wgmma_cuda(x, w, fmt, N, K, g, out_heads, in_heads)
+    from torch_uqr.triton_kernels.dispatch import run_wgmma
+    return run_wgmma(x, w, fmt, N, K, g, out_heads, in_heads)
 
 
 _check = check_half  # weights rounded to x's dtype once (as the mid-M kernel), fp32 accumulation
@@ -54,13 +57,13 @@ def test_wgmma_layouts(fmt: str) -> None:
 
 def test_wgmma_large_m_and_errors() -> None:
     """A 2047-row call on a full-size shape, the dispatcher's kernel override, and refusals."""
-    from torch_uqr.triton_kernels.dispatch import gemm_triton
+    from torch_uqr.triton_kernels.dispatch import gemm_cuda_route
     from torch_uqr.triton_kernels.testing import random_packed, reference_dequantize
     N, K = 4096, 4096
     w = random_packed("q4_k", N, K, 0, seed=fresh_seed(), device="cuda")
     wref = reference_dequantize(w, "q4_k", N, K)
     x = torch.randn(2047, K, device="cuda", dtype=torch.bfloat16)
-    _check(gemm_triton(x, w, "q4_k", N, K, kernel="wgmma"), x.double() @ wref.t(), torch.bfloat16, "M=2047")
+    _check(gemm_cuda_route(x, w, "q4_k", N, K, kernel="wgmma"), x.double() @ wref.t(), torch.bfloat16, "M=2047")
     with pytest.raises(RuntimeError, match="unsupported call"):
         _wgmma(x.float(), w, "q4_k", N, K)
     x8 = torch.randn(40 * K + 4, device="cuda", dtype=torch.bfloat16)[4:].view(40, K)
@@ -84,3 +87,30 @@ def test_wgmma_split_k(fmt: str, g: int) -> None:
                f"{fmt} split y heads M={M}")
         xh = x.reshape(M, 2, K // 2).transpose(0, 1).contiguous()
         _check(_wgmma(xh, w, fmt, N, K, g, 0, True), ref, torch.bfloat16, f"{fmt} split x heads M={M}")
+
+
+WGMMA_FORCED = {"bm64": dict(wgmma_bm=64), "bm128": dict(wgmma_bm=128), "ctas1": dict(wgmma_ctas=1),
+                "ctas2": dict(wgmma_ctas=2), "no_pdl": dict(pdl=False)}
+
+
+@pytest.mark.parametrize("knobs", list(WGMMA_FORCED), ids=list(WGMMA_FORCED))
+@pytest.mark.parametrize("fmt,g", [("q4_0", 0), ("q8_0", 0), ("mlx4", 128), ("exl3", 0)],
+                         ids=["q4_0", "q8_0", "mlx4_128", "exl3"])
+def test_wgmma_forced_config(fmt: str, g: int, knobs: str) -> None:
+    """Column tiles and CTAs an SM the default does not pick for these rows (tuning overrides; a
+    build whose stages do not fit keeps the default's), and the dependent launch off."""
+    from torch_uqr.triton_kernels import tuning
+    from torch_uqr.triton_kernels.dispatch import launch_plan
+    from torch_uqr.triton_kernels.testing import random_packed, reference_dequantize
+    N, K = 264, 3072
+    w = random_packed(fmt, N, K, g, seed=fresh_seed(), device="cuda")
+    wref = reference_dequantize(w, fmt, N, K, g)
+    with tuning.override(**WGMMA_FORCED[knobs]):
+        for M in (7, 40, 100):
+            x = torch.randn(M, K, device="cuda", dtype=torch.bfloat16)
+            plan = launch_plan("wgmma", x, fmt, N, K, g)
+            if knobs == "bm64":
+                assert plan.bm == 64
+            if knobs == "ctas1":
+                assert plan.ctas == 1
+            _check(_wgmma(x, w, fmt, N, K, g), x.double() @ wref.t(), torch.bfloat16, f"{fmt} {knobs} M={M} {plan}")

@@ -1,4 +1,4 @@
-"""The Triton kernels on a real CUDA device (skipped without one; run by bench/h200_run.sh).
+"""The Triton kernels on a real CUDA device (skipped without one).
 
 Unlike the interpreter tests these use the default configurations of configs.py (the ones the
 benchmark times), real bf16 tensor cores and tf32 for fp32 activations.
@@ -18,8 +18,11 @@ TOL = {torch.bfloat16: 8e-3, torch.float16: 1.5e-3, torch.float32: 3e-3}
 
 
 @pytest.fixture(autouse=True)
-def _poison(monkeypatch):
-    monkeypatch.setenv("UQR_POISON", "1")
+def _poison():
+    from torch_uqr.ops import poison_outputs
+    poison_outputs(True)
+    yield
+    poison_outputs(False)
 
 
 def _check(y: torch.Tensor, ref: torch.Tensor, dtype: torch.dtype, what: str) -> None:
@@ -32,7 +35,7 @@ def _check(y: torch.Tensor, ref: torch.Tensor, dtype: torch.dtype, what: str) ->
 @pytest.mark.parametrize("fmt", FORMATS)
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
 def test_cuda_all_m_buckets(fmt: str, dtype: torch.dtype) -> None:
-    from torch_uqr.triton_kernels.dispatch import gemm_triton
+    from torch_uqr.triton_kernels.dispatch import gemm_cuda_route
     from torch_uqr.triton_kernels.testing import random_packed, reference_dequantize
     g = 64 if fmt == "mlx4" else 0
     N, K = 200, 1280
@@ -44,16 +47,16 @@ def test_cuda_all_m_buckets(fmt: str, dtype: torch.dtype) -> None:
         ref = x.double() @ wref.t()
         kernels = ("fused", "scratch") if M >= 300 else ("fused", "gemv") if M <= 9 else ("fused",)
         for kernel in kernels:
-            _check(gemm_triton(x, w, fmt, N, K, g, kernel=kernel), ref, dtype, f"{fmt} M={M} {kernel}")
+            _check(gemm_cuda_route(x, w, fmt, N, K, g, kernel=kernel), ref, dtype, f"{fmt} M={M} {kernel}")
     if fmt == "ternary":
         for M in (1, 5):
             x = torch.randn(2, M, K, device="cuda").to(dtype)
-            _check(gemm_triton(x, w, fmt, N, K, path="vec"), x.double() @ wref.t(), dtype, f"vec M={M}")
+            _check(gemm_cuda_route(x, w, fmt, N, K, path="vec"), x.double() @ wref.t(), dtype, f"vec M={M}")
 
 
 @pytest.mark.parametrize("fmt", ["q4_0", "q4_k", "var_affine", "ternary"])
 def test_cuda_head_layouts(fmt: str) -> None:
-    from torch_uqr.triton_kernels.dispatch import gemm_triton
+    from torch_uqr.triton_kernels.dispatch import gemm_cuda_route
     from torch_uqr.triton_kernels.testing import random_packed, reference_dequantize
     N, K, H_in, H_out, M = 256, 1024, 8, 4, 37
     w = random_packed(fmt, N, K, 0, seed=3, device="cuda")
@@ -62,7 +65,7 @@ def test_cuda_head_layouts(fmt: str) -> None:
     ref = (x.transpose(1, 2).reshape(3, M, K).double() @ wref.t()).reshape(3, M, H_out, N // H_out).transpose(1, 2)
     for path in ("mma", "vec") if fmt == "ternary" else ("mma",):
         for kernel in ("fused", "scratch", "gemv"):
-            y = gemm_triton(x, w, fmt, N, K, 0, out_heads=H_out, in_heads=True, path=path, kernel=kernel)
+            y = gemm_cuda_route(x, w, fmt, N, K, 0, out_heads=H_out, in_heads=True, path=path, kernel=kernel)
             _check(y, ref, torch.bfloat16, f"{fmt} heads {path} {kernel}")
 
 

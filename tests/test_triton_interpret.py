@@ -53,7 +53,7 @@ def run_format(fmt: str) -> None:
     assert os.environ.get("TRITON_INTERPRET") == "1"
     import torch
     from torch_uqr.triton_kernels.dequant import dequantize_triton
-    from torch_uqr.triton_kernels.dispatch import gemm_triton
+    from torch_uqr.triton_kernels.dispatch import gemm_cuda_route
     from torch_uqr.triton_kernels.testing import random_packed, reference_dequantize
 
     gen = torch.Generator().manual_seed(int.from_bytes(os.urandom(4), "little"))
@@ -67,7 +67,8 @@ def run_format(fmt: str) -> None:
         # allowed difference is fp32 rounding (a wrong field or bit index errs by O(max|w|)).
         err = float((got - ref).abs().max())
         assert err <= 2.0 ** -21 * float(ref.abs().max()), f"{fmt} g={g}: decode differs by {err} (seed {seed})"
-    os.environ["UQR_POISON"] = "1"
+    from torch_uqr.ops import poison_outputs
+    poison_outputs(True)  # this subprocess only
     for i, c in enumerate(_cases(fmt)):
         g = 64 if fmt == "mlx4" else 0
         N, K, M = c["N"], c["K"], c["M"]
@@ -87,7 +88,7 @@ def run_format(fmt: str) -> None:
             x_mk = x
         ref = x_mk.double() @ wref.t()
         H = c.get("out_heads", 0)
-        y = gemm_triton(x, w, fmt, N, K, g, out_heads=H, in_heads=bool(H_in), path=c.get("path", "mma"),
+        y = gemm_cuda_route(x, w, fmt, N, K, g, out_heads=H, in_heads=bool(H_in), path=c.get("path", "mma"),
                         kernel=c.get("kernel", "fused"), config=c["cfg"])
         if c["lead"] is None:
             ref = ref[0]
@@ -136,21 +137,21 @@ def test_triton_kernels_interpreted(fmt: str, interpreted_results: dict) -> None
 def test_triton_argument_errors() -> None:
     """Bad arguments raise ValueError naming the argument (checked before any launch)."""
     import torch
-    from torch_uqr.triton_kernels.dispatch import gemm_triton
+    from torch_uqr.triton_kernels.dispatch import gemm_cuda_route
     w = torch.zeros(8, 18 * 2, dtype=torch.uint8)
     x = torch.randn(2, 64)
     with pytest.raises(ValueError, match="path"):
-        gemm_triton(x, w, "q4_0", 8, 64, path="vec")
+        gemm_cuda_route(x, w, "q4_0", 8, 64, path="vec")
     with pytest.raises(ValueError, match="w: expected uint8 \\[8, 36\\]"):
-        gemm_triton(x, w[:, :20], "q4_0", 8, 64)
+        gemm_cuda_route(x, w[:, :20], "q4_0", 8, 64)
     with pytest.raises(ValueError, match="K"):
-        gemm_triton(torch.randn(2, 48), w, "q4_0", 8, 48)
+        gemm_cuda_route(torch.randn(2, 48), w, "q4_0", 8, 48)
     with pytest.raises(ValueError, match="fmt"):
-        gemm_triton(x, w, "q5_0", 8, 64)
+        gemm_cuda_route(x, w, "q5_0", 8, 64)
     with pytest.raises(ValueError, match="x"):
-        gemm_triton(x.to(torch.int32), w, "q4_0", 8, 64)
+        gemm_cuda_route(x.to(torch.int32), w, "q4_0", 8, 64)
     with pytest.raises(ValueError, match="group_size"):
-        gemm_triton(x, torch.zeros(8, 4 + 32, dtype=torch.uint8), "mlx4", 8, 64, group_size=48)
+        gemm_cuda_route(x, torch.zeros(8, 4 + 32, dtype=torch.uint8), "mlx4", 8, 64, group_size=48)
 
 
 @needs_triton

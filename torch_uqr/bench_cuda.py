@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
 import statistics
 import sys
 from typing import Callable
@@ -80,8 +79,8 @@ def _time_paired(calls_a: list[Callable[[], object]], calls_b: list[Callable[[],
                  reps: int) -> tuple[float, float]:
     """Median milliseconds per call of a and of b, their graph replays interleaved (a b b a ...).
 
-    At large M the H200's clock under its power limit drifts by 10-15 % over a run (NOTES v13:
-    cuBLAS alone 623 then 708 us a minute later), so a ratio of two timings taken apart measures
+    At large M the H200's clock under its power limit drifts by 10-15 % over a run (cuBLAS
+    alone 623 then 708 us a minute later), so a ratio of two timings taken apart measures
     the drift; replays side by side see the same conditions."""
     run_a, run_b = _graph(calls_a), _graph(calls_b)
     ta, tb = [], []
@@ -113,9 +112,12 @@ def _checked_timed_row(call: Callable[[int], torch.Tensor], n_sets: int, ref: to
                        K: int, M: int, fmt: str, kernel: str, wbytes: int) -> dict:
     """Check ``call(0)`` against ``ref`` (output NaN-poisoned, so an unwritten element shows), time
     ``call(j)`` over the ``n_sets`` rotating weight sets, print and return the row."""
-    os.environ["UQR_POISON"] = "1"
-    err = _errors(call(0), ref)
-    os.environ.pop("UQR_POISON")
+    from .ops import poison_outputs
+    poison_outputs(True)
+    try:
+        err = _errors(call(0), ref)
+    finally:
+        poison_outputs(False)
     ms = _time_calls([lambda j=j: call(j) for j in range(n_sets)], reps)
     r = _row(N, K, M, fmt, kernel, ms, wbytes)
     r.update(err)
@@ -128,7 +130,7 @@ def bench_shape(N: int, K: int, Ms, formats, reps: int, l2: int, rows: list) -> 
     """Time and check every format and peer on one weight shape, appending rows."""
     from .triton_kernels import configs
     from .triton_kernels.configs import QMMA_MID_MAX_ROWS as QMMA_BENCH_MAX_M
-    from .triton_kernels.dispatch import gemm_triton, int8_available, int8_fits, qmma_available, qmma_fits, wgmma_fits
+    from .triton_kernels.dispatch import gemm_cuda_route, int8_available, int8_fits, qmma_available, qmma_fits, wgmma_fits
     from .triton_kernels.formats_meta import block_geometry
     from .triton_kernels.testing import random_packed, reference_dequantize
 
@@ -179,19 +181,19 @@ def bench_shape(N: int, K: int, Ms, formats, reps: int, l2: int, rows: list) -> 
             for path in paths:
                 for kernel in (kernels if path == "mma" else ["fused"]):
                     def call(j, path=path, kernel=kernel):
-                        return gemm_triton(xs[j], W[j], fmt, N, K, g, path=path, kernel=kernel)
+                        return gemm_cuda_route(xs[j], W[j], fmt, N, K, g, path=path, kernel=kernel)
                     rows.append(_checked_timed_row(call, n_sets, ref, reps, N, K, M, fmt,
                                                    kernel if path == "mma" else "vec", wbytes))
             if int8_available() and int8_fits(xs[0], W[0], fmt, K, g, False, M):
                 # Forced kernel: a row labelled int8 never measures auto's fallback.
                 def call_int8(j):
-                    return gemm_triton(xs[j], W[j], fmt, N, K, g, path="int8", kernel="int8")
+                    return gemm_cuda_route(xs[j], W[j], fmt, N, K, g, path="int8", kernel="int8")
                 rows.append(_checked_timed_row(call_int8, n_sets, ref, reps, N, K, M, fmt, "int8", wbytes))
             if M >= PAIRED_MIN_M:
                 # The auto path against cuBLAS, replays interleaved (_time_paired): the ratio row.
                 ms_c, ms_f = _time_paired([lambda j=j: X[j % len(X)][:M] @ Wd[j].t()
                                            for j in range(dense_sets)],
-                                          [lambda j=j: gemm_triton(xs[j], W[j], fmt, N, K, g) for j in range(n_sets)],
+                                          [lambda j=j: gemm_cuda_route(xs[j], W[j], fmt, N, K, g) for j in range(n_sets)],
                                           reps)
                 r = _row(N, K, M, fmt, "auto_paired", ms_f, wbytes)
                 r.update({"cublas_ms": ms_c, "ratio_vs_cublas": ms_c / ms_f})
@@ -199,7 +201,7 @@ def bench_shape(N: int, K: int, Ms, formats, reps: int, l2: int, rows: list) -> 
                 print(f"  {fmt:10s} M={M:5d} paired   {ms_f*1e3:9.1f} us vs cuBLAS {ms_c*1e3:.1f} us: "
                       f"{ms_c / ms_f:.3f}x cuBLAS throughput", flush=True)
             # The auto path as a user gets it, eager (Python launch overhead included), one call.
-            ms = _time_calls([lambda j=j: gemm_triton(xs[j], W[j], fmt, N, K, g) for j in range(n_sets)],
+            ms = _time_calls([lambda j=j: gemm_cuda_route(xs[j], W[j], fmt, N, K, g) for j in range(n_sets)],
                              max(5, reps // 3), graph=False)
             rows.append(dict(_row(N, K, M, fmt, "auto_eager", ms, wbytes)))
         del W, w_ref
@@ -212,7 +214,7 @@ def bench_shape(N: int, K: int, Ms, formats, reps: int, l2: int, rows: list) -> 
 def sweep(reps: int, l2: int) -> list:
     """Time candidate tensor-core configurations per M bucket on q4_0 / q4_k 14336x4096."""
     from .triton_kernels.configs import GemmConfig, VecConfig
-    from .triton_kernels.dispatch import gemm_triton
+    from .triton_kernels.dispatch import gemm_cuda_route
     from .triton_kernels.testing import random_packed, reference_dequantize
     N, K = 14336, 4096
     row_cands = [VecConfig(32, 4, 4), VecConfig(32, 4, 4, 4, True), VecConfig(16, 8, 4, 4, True),
@@ -228,13 +230,13 @@ def sweep(reps: int, l2: int) -> list:
             for c in cs + (row_cands if M == 1 else []):  # noqa: B023 (lambdas run inside the loop)
                 kern = "gemv" if isinstance(c, VecConfig) else "fused"
                 try:
-                    ms = _time_calls([lambda j=j: gemm_triton(X[j], W[j], fmt, N, K, kernel=kern, config=c)
+                    ms = _time_calls([lambda j=j: gemm_cuda_route(X[j], W[j], fmt, N, K, kernel=kern, config=c)
                                       for j in range(6)], reps)
                 except Exception as exc:  # noqa: BLE001 - a config that fails to compile is a data point
                     ms = float("nan")
                     print("   ", c, repr(exc)[:160])
-                # A fast wrong configuration is not a result (v7: one was): check every output.
-                err = (_errors(gemm_triton(X[0], W[0], fmt, N, K, kernel=kern, config=c), X[0].double() @ w_ref.t())
+                # A fast wrong configuration is not a result (one was, once): check every output.
+                err = (_errors(gemm_cuda_route(X[0], W[0], fmt, N, K, kernel=kern, config=c), X[0].double() @ w_ref.t())
                        if ms == ms else {"max_rel_err": float("nan")})
                 out.append({"fmt": fmt, "M": M, "kernel": kern, "config": c.__dict__, "ms": ms, **err})
                 print(f"  sweep {fmt} M={M:5d} {c} {ms*1e3:9.1f} us err {err['max_rel_err']:.1e}", flush=True)

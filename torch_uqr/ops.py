@@ -141,12 +141,14 @@ def gemm(x: torch.Tensor, qt: Any, out_heads: Optional[int] = None, in_heads: bo
 
 
 def poison_outputs(enabled: bool = True) -> None:
-    """Test aid: make every backend fill its fresh output with NaN before the kernel writes it.
+    """Test aid: make every backend fill its fresh output with NaN before the kernel writes it, so a
+    kernel that skips an element leaves a NaN that the comparison catches.
 
-    Implemented through the environment variable ``UQR_POISON`` (read by the C++ op on each call),
-    so a kernel that skips an element leaves a NaN that the comparison catches.
+    Process-wide, until called again with ``enabled=False``. Sets the flag the C++ ops read
+    (``uqr::_set_poison``: CPU, MPS and the CUDA C++ kernels) and its Python mirror, which the Triton
+    kernels' output allocation reads (``torch_uqr.triton_kernels.layout.set_poison``).
     """
-    if enabled:
-        os.environ["UQR_POISON"] = "1"
-    else:
-        os.environ.pop("UQR_POISON", None)
+    if _load_error is None:
+        torch.ops.uqr._set_poison(bool(enabled))
+    from .triton_kernels import layout as _triton_layout  # imports no Triton
+    _triton_layout.set_poison(enabled)

@@ -1,6 +1,7 @@
 // Argument checks and stride planning for uqr::gemm (see csrc/include/uqr/gemm_args.h).
 #include "uqr/gemm_args.h"
 
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 #include <limits>
@@ -184,10 +185,19 @@ GemmPlan plan_gemm(const at::Tensor& x_in, const at::Tensor& w, c10::string_view
   return plan;
 }
 
+// Poisoned outputs (a test aid): while on, every fresh output is filled with NaN before the kernel
+// writes it, so an element a kernel skips shows. Process-wide, switched by uqr::_set_poison
+// (csrc/ops.cpp; torch_uqr.ops.poison_outputs from Python).
+namespace {
+std::atomic<bool> g_poison{false};
+}  // namespace
+
+void set_poison(bool enabled) { g_poison.store(enabled, std::memory_order_relaxed); }
+
+bool poison_enabled() { return g_poison.load(std::memory_order_relaxed); }
+
 at::Tensor allocate_output(const GemmPlan& plan, const at::TensorOptions& options) {
-  const char* poison = std::getenv("UQR_POISON");
-  if (poison != nullptr && poison[0] == '1')
-    return at::full(plan.out_shape, std::numeric_limits<float>::quiet_NaN(), options);
+  if (poison_enabled()) return at::full(plan.out_shape, std::numeric_limits<float>::quiet_NaN(), options);
   return at::empty(plan.out_shape, options);
 }
 

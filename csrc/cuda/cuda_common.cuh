@@ -3,7 +3,6 @@
 #pragma once
 #include <cuda_runtime.h>
 
-#include <cstdlib>
 #include <utility>
 
 namespace uqr {
@@ -29,7 +28,7 @@ __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_gr
 // waited itself: the int8 main kernel behind its pre-pass). A kernel that hands its output to a
 // second kernel of the same call (the x pre-passes) lets that one launch at once with
 // pdl_allow_dependents(); a call's last kernel does not, so the next call launches as its CTAs
-// exit. v38, one build (bench/NOTES.md): the last kernel letting the next call launch at its start
+// exit. Measured in one build: the last kernel letting the next call launch at its start
 // or after its main loop cost up to 4 us at one row (4096 x 14336 mlx4 23.6 / 22.7 us against
 // 19.4 at the exit), the next call's CTAs crowding into the slots free at that moment; launching
 // at the exit saved 1.3-2.2 us against no dependent launch (wgmma, 128 rows: q4_0 45.4 / 44.5 ->
@@ -48,37 +47,18 @@ __device__ __forceinline__ void pdl_allow_dependents() {
 // A global load of data the previous kernel may have written (x, a pre-pass's codes), for kernels
 // that pdl_wait(). Not __ldg: ld.global.nc declares the data read-only for the kernel's whole life,
 // so ptxas may schedule it above griddepcontrol.wait - it did for the ternary int8 kernel, which then
-// read the previous call's x whenever the pre-pass was still running (v51: 21 of 80 calls wrong
-// under a second process's load, none with UQR_PDL=0). ld.global.ca caches in L1 as .nc does.
+// read the previous call's x whenever the pre-pass was still running (21 of 80 calls wrong under a
+// second process's load, none with the dependent launch off). ld.global.ca caches in L1 as .nc does.
 // tests/test_cuda_build.py checks that no kernel with the wait keeps an ld.global.nc.
 template <class V>
 __device__ __forceinline__ V ld_after_wait(const V* p) {
   return __ldca(p);
 }
 
-// An integer switch from the environment (A/B runs on the H200): `fallback` when unset or empty.
-inline int env_int(const char* name, int fallback = 0) {
-  const char* e = std::getenv(name);
-  return e && e[0] ? std::atoi(e) : fallback;
-}
-
-// Whether launch_ex() launches as a programmatic dependent: an sm_90 device, and UQR_PDL not set
-// to 0 (A/B runs).
-inline bool pdl_enabled() {
-  static const bool on = [] {
-    const char* env = std::getenv("UQR_PDL");
-    if (env && env[0] == '0') return false;
-    int dev = 0, major = 0;
-    cudaGetDevice(&dev);
-    cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
-    return major >= 9;
-  }();
-  return on;
-}
-
-// kernel<<<grid, block, smem, stream>>>(args...), as a programmatic dependent when pdl_enabled().
+// kernel<<<grid, block, smem, stream>>>(args...), as a programmatic dependent when `pdl` (the
+// launch plan's choice: on for sm_90 devices by default, torch_uqr/triton_kernels/dispatch.py).
 template <typename... KArgs, typename... Args>
-cudaError_t launch_ex(void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
+cudaError_t launch_ex(void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream, bool pdl,
                       Args&&... args) {
   cudaLaunchConfig_t cfg{};
   cfg.gridDim = grid;
@@ -89,7 +69,7 @@ cudaError_t launch_ex(void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t sm
   attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
   attr.val.programmaticStreamSerializationAllowed = 1;
   cfg.attrs = &attr;
-  cfg.numAttrs = pdl_enabled() ? 1 : 0;
+  cfg.numAttrs = pdl ? 1 : 0;
   return cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...);
 }
 

@@ -23,7 +23,7 @@ namespace {
 constexpr int kThreads = 128;
 constexpr int kMaxTilesPerRow = 65535;  // grid.y
 
-// 8-element chunks per thread per tile: 4, so K = 4096 is one CTA a row. v54 (decode alone, 14336 x
+// 8-element chunks per thread per tile: 4, so K = 4096 is one CTA a row (decode alone, 14336 x
 // 4096 -> bf16, us, two rounds of two): 2 chunks q4_0 43.2-44.7, q4_k 49.2-52.4, mlx4 43.0-43.6;
 // 4 chunks 41.3-42.8, 47.2-50.1, 42.0-42.3; 8 (half the threads idle at K = 4096) the same as 4.
 constexpr int kChunksPerThread = 4;

@@ -6,7 +6,6 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
-#include <cstdlib>
 
 #include "cuda_common.cuh"
 
@@ -73,34 +72,23 @@ inline int fit_of(const Residency& res, int warps) {
   return res.per_sm[warps == 1 ? 0 : warps == 2 ? 1 : warps == 4 ? 2 : 3];
 }
 
-// K-splitting warps per CTA: as many as keep the whole grid resident in one wave (a second, mostly
-// empty wave cost ~2x in v9), with >= 2 stages per warp so the ring has something to overlap.
-inline int pick_warps(const Residency& res, int n_stages, int grid) {
-  const int sms = sm_count();
-  int warps = 1;
-  for (int i = 3, wk = kMaxWarps; wk >= 1; --i, wk /= 2) {
-    if (wk > 1 && n_stages < 2 * wk) continue;
-    warps = wk;
-    if (static_cast<int64_t>(res.per_sm[i]) * sms >= grid) break;
-  }
-  return warps;
-}
+// The launch plan (torch_uqr/triton_kernels/dispatch.py) picks the K-splitting warps per CTA from
+// the residency above (uqr::_cuda_residency): as many as keep the whole grid resident in one wave
+// (a second, mostly empty wave cost ~2x), with >= 2 stages per warp so the ring has something to
+// overlap.
+inline bool valid_warps(int warps) { return warps == 1 || warps == 2 || warps == 4 || warps == 8; }
 
 // Dynamic shared memory for a launch of `grid` CTAs of which `fit` may be resident on one SM:
-// `need`, or when the grid needs at most 2 a SM (want = ceil(grid / SMs) < fit), enough more that
-// no SM can take want + 1, so the block scheduler cannot stack CTAs on some SMs while others hold
-// fewer: at want = 2 an SM with a third CTA takes 1.5x as long (v58, one row on 4096 x 14336, int8,
-// us: var_affine 24.7 / 25.3 -> 18.8 / 18.3, q4_k 16.1 / 16.6 -> 15.0 / 14.9). Not at larger want:
-// a stacked CTA costs less there and the padding takes L1 from the x reads (v59, 16 rows on 14336 x
-// 4096, capped at 7 a SM: mlx4 29.6 us against 27.2 in v53). UQR_KSPLIT_CAP=0 turns it off (A/B
-// runs). residency_of lets the kernel take the result.
-inline size_t capped_smem(size_t need, int grid, int fit) {
-  static const int off = [] {
-    const char* env = getenv("UQR_KSPLIT_CAP");
-    return env && env[0] == '0';
-  }();
+// `need`, or with `cap` (the plan's smem_cap, on by default) when the grid needs at most 2 a SM
+// (want = ceil(grid / SMs) < fit), enough more that no SM can take want + 1, so the block scheduler
+// cannot stack CTAs on some SMs while others hold fewer: at want = 2 an SM with a third CTA takes
+// 1.5x as long (one row on 4096 x 14336, int8: var_affine 24.7 / 25.3 -> 18.8 / 18.3 us, q4_k
+// 16.1 / 16.6 -> 15.0 / 14.9). Not at larger want: a stacked CTA costs less there and the padding
+// takes L1 from the x reads (16 rows on 14336 x 4096, capped at 7 a SM: mlx4 29.6 us against 27.2).
+// residency_of lets the kernel take the result.
+inline size_t capped_smem(size_t need, int grid, int fit, bool cap) {
   const int sms = sm_count(), want = (grid + sms - 1) / sms;
-  if (off || want >= fit || want > 2) return need;
+  if (!cap || want >= fit || want > 2) return need;
   struct Smem {
     int per_sm = 0, reserved = 0, optin = 0;
   };

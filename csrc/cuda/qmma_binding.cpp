@@ -1,10 +1,14 @@
-// Torch glue of the tensor-core CUDA kernels: registers the private operators uqr::_qmma_cuda and
-// uqr::_wgmma_cuda (Hopper; same arguments as uqr::gemm minus `path`) on the CUDA key. Compiled
-// only in CUDA builds (setup.py defines UQR_WITH_CUDA); the dispatcher
-// (torch_uqr/triton_kernels/dispatch.py) calls them when qmma_fits / wgmma_auto say the call fits.
+// Torch glue of the tensor-core CUDA kernels: registers the private operators uqr::_qmma_cuda,
+// uqr::_wgmma_cuda (Hopper) and uqr::_int8_cuda on the CUDA key (uqr::gemm's arguments minus `path`,
+// then the launch plan), and uqr::_cuda_residency (the kernels' residency, which the plan needs).
+// Compiled only in CUDA builds (setup.py defines UQR_WITH_CUDA). The router
+// (torch_uqr/triton_kernels/dispatch.py) decides every launch choice and passes it in; this file
+// only checks the call and the plan, and launches.
 #ifdef UQR_WITH_CUDA
 #include <ATen/ATen.h>
 #include <algorithm>
+#include <string>
+#include <vector>
 #include <c10/cuda/CUDAStream.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <torch/library.h>
@@ -18,11 +22,10 @@ namespace uqr {
 namespace cuda {
 namespace {
 
-using Unsupported = const char* (*)(const uqr_gemm_params&, int, bool, uintptr_t, uintptr_t, int64_t);
-
-// What both ops check before launching: the shared argument plan, then the kernel's own limits
-// (`unsupported`, named in the error with `op`).
-GemmPlan checked_plan(const char* op, Unsupported unsupported, const at::Tensor& x, const at::Tensor& w,
+// What every op checks before launching: the shared argument plan, then the kernel's own limits
+// (`unsupported`: nullptr or why not, named in the error with `op`).
+template <class Unsupported>
+GemmPlan checked_plan(const char* op, Unsupported&& unsupported, const at::Tensor& x, const at::Tensor& w,
                       c10::string_view fmt, int64_t N, int64_t K, int64_t group_size, int64_t out_heads,
                       bool in_heads) {
   UQR_CHECK(x.is_cuda(), op, ": x: expected a CUDA tensor, got ", x.device());
@@ -38,8 +41,8 @@ GemmPlan checked_plan(const char* op, Unsupported unsupported, const at::Tensor&
 
 // What every op does around its kernel: the checked plan, y, the device guard, and the launch's
 // error named with `op`. launch(plan, y, rows, bf16, stream) starts the kernel(s).
-template <class Launch>
-at::Tensor run_op(const char* op, Unsupported unsupported, const at::Tensor& x, const at::Tensor& w,
+template <class Unsupported, class Launch>
+at::Tensor run_op(const char* op, Unsupported&& unsupported, const at::Tensor& x, const at::Tensor& w,
                   c10::string_view fmt, int64_t N, int64_t K, int64_t group_size, int64_t out_heads, bool in_heads,
                   Launch&& launch) {
   GemmPlan plan = checked_plan(op, unsupported, x, w, fmt, N, K, group_size, out_heads, in_heads);
@@ -53,34 +56,54 @@ at::Tensor run_op(const char* op, Unsupported unsupported, const at::Tensor& x, 
   return y;
 }
 
+int to_int(int64_t v, const char* what) {
+  UQR_CHECK(v >= INT32_MIN && v <= INT32_MAX, what, ": out of range: ", v);
+  return static_cast<int>(v);
+}
+
+// uqr::_qmma_cuda: the tensor-core kernels (qmma_small_m.cu, qmma_mid_m.cu) with the launch plan the
+// Python router made (QmmaPlan's fields, in order, after uqr::gemm's arguments less `path`).
 at::Tensor qmma_cuda(const at::Tensor& x, const at::Tensor& w, c10::string_view fmt, int64_t N, int64_t K,
-                     int64_t group_size, int64_t out_heads, bool in_heads) {
-  return run_op("uqr::_qmma_cuda", qmma_unsupported, x, w, fmt, N, K, group_size, out_heads, in_heads,
+                     int64_t group_size, int64_t out_heads, bool in_heads, bool mid, int64_t warps, int64_t mid_cols,
+                     int64_t splits, int64_t streamk_ctas, bool wide_regs, bool smem_cap, bool pdl) {
+  const QmmaPlan qp{mid, to_int(warps, "warps"), to_int(mid_cols, "mid_cols"), to_int(splits, "splits"),
+                    to_int(streamk_ctas, "streamk_ctas"), wide_regs, smem_cap, pdl};
+  auto unsupported = [&](const uqr_gemm_params& p, int rows, bool half_x, uintptr_t xa, uintptr_t wa,
+                         int64_t ws) -> const char* {
+    if (const char* why = qmma_unsupported(p, rows, half_x, xa, wa, ws, qp.mid)) return why;
+    return qmma_plan_invalid(p, rows, qp);
+  };
+  return run_op("uqr::_qmma_cuda", unsupported, x, w, fmt, N, K, group_size, out_heads, in_heads,
                 [&](const GemmPlan& plan, at::Tensor& y, int64_t rows, bool bf16, cudaStream_t stream) {
-                  const int splits = qmma_splits(plan.p, static_cast<int>(rows));
-                  if (splits == 1)
+                  if (!qp.mid || qp.splits == 1)
                     return qmma_small_m(plan.x_used.data_ptr(), w.data_ptr<uint8_t>(), w.stride(0), y.data_ptr(),
-                                        plan.p, bf16, stream);
-                  at::Tensor split_ws = at::empty({splits, rows, N}, x.options().dtype(at::kFloat));
+                                        plan.p, bf16, stream, qp);
+                  at::Tensor split_ws = at::empty({qp.splits, rows, N}, x.options().dtype(at::kFloat));
                   return qmma_small_m(plan.x_used.data_ptr(), w.data_ptr<uint8_t>(), w.stride(0), y.data_ptr(),
-                                      plan.p, bf16, stream, splits, split_ws.data_ptr<float>());
+                                      plan.p, bf16, stream, qp, split_ws.data_ptr<float>());
                 });
 }
 
-// uqr::_wgmma_cuda: the Hopper kernel (qmma_wgmma.cu), same arguments; x is first rewritten into a
-// scratch matrix in the order the kernel reads it.
+// uqr::_wgmma_cuda: the Hopper kernel (qmma_wgmma.cu) with the router's plan (WgmmaPlan's fields);
+// x is first rewritten into a scratch matrix in the order the kernel reads it.
 at::Tensor wgmma_cuda(const at::Tensor& x, const at::Tensor& w, c10::string_view fmt, int64_t N, int64_t K,
-                      int64_t group_size, int64_t out_heads, bool in_heads) {
-  return run_op("uqr::_wgmma_cuda", wgmma_unsupported, x, w, fmt, N, K, group_size, out_heads, in_heads,
+                      int64_t group_size, int64_t out_heads, bool in_heads, int64_t bm, int64_t ctas, int64_t splits,
+                      bool pdl) {
+  const WgmmaPlan wp{to_int(bm, "bm"), to_int(ctas, "ctas"), to_int(splits, "splits"), pdl};
+  auto unsupported = [&](const uqr_gemm_params& p, int rows, bool half_x, uintptr_t xa, uintptr_t wa,
+                         int64_t ws) -> const char* {
+    if (const char* why = wgmma_unsupported(p, rows, half_x, xa, wa, ws)) return why;
+    return wgmma_plan_invalid(p, wp);
+  };
+  return run_op("uqr::_wgmma_cuda", unsupported, x, w, fmt, N, K, group_size, out_heads, in_heads,
                 [&](const GemmPlan& plan, at::Tensor& y, int64_t rows, bool bf16, cudaStream_t stream) {
                   at::Tensor scratch = at::empty({rows, K}, x.options());
-                  const int splits = wgmma_splits(plan.p, static_cast<int>(rows));
                   at::Tensor split_ws =
-                      splits > 1 ? at::empty({splits, rows, N}, x.options().dtype(at::kFloat)) : at::Tensor();
-                  const cudaError_t err = qmma_wgmma(plan.x_used.data_ptr(), scratch.data_ptr(), splits,
-                                                     splits > 1 ? split_ws.data_ptr<float>() : nullptr,
+                      wp.splits > 1 ? at::empty({wp.splits, rows, N}, x.options().dtype(at::kFloat)) : at::Tensor();
+                  const cudaError_t err = qmma_wgmma(plan.x_used.data_ptr(), scratch.data_ptr(),
+                                                     wp.splits > 1 ? split_ws.data_ptr<float>() : nullptr,
                                                      w.data_ptr<uint8_t>(), w.stride(0), y.data_ptr(), plan.p, bf16,
-                                                     stream);
+                                                     stream, wp);
                   UQR_CHECK(err != cudaErrorNoKernelImageForDevice,
                             "uqr::_wgmma_cuda: needs an sm_90 GPU and an extension built with sm_90a code "
                             "(UQR_CUDA_ARCHS)");
@@ -88,18 +111,64 @@ at::Tensor wgmma_cuda(const at::Tensor& x, const at::Tensor& w, c10::string_view
                 });
 }
 
-// uqr::_int8_cuda: path "int8" (qmma_int8.cu), same arguments; x is first rounded to int8 codes
-// and per-block scales in two scratch tensors.
+// uqr::_int8_cuda: path "int8" (qmma_int8.cu) with the router's plan (Int8Plan's fields); x is
+// first rounded to int8 codes and per-block scales in two scratch tensors.
 at::Tensor int8_cuda(const at::Tensor& x, const at::Tensor& w, c10::string_view fmt, int64_t N, int64_t K,
-                     int64_t group_size, int64_t out_heads, bool in_heads) {
-  return run_op("uqr::_int8_cuda", int8_unsupported, x, w, fmt, N, K, group_size, out_heads, in_heads,
+                     int64_t group_size, int64_t out_heads, bool in_heads, int64_t variant, int64_t warps,
+                     bool smem_cap, bool pdl) {
+  const Int8Plan ip{to_int(variant, "variant"), to_int(warps, "warps"), smem_cap, pdl};
+  auto unsupported = [&](const uqr_gemm_params& p, int rows, bool half_x, uintptr_t xa, uintptr_t wa,
+                         int64_t ws) -> const char* {
+    if (const char* why = int8_unsupported(p, rows, half_x, xa, wa, ws)) return why;
+    return int8_plan_invalid(p, rows, ip);
+  };
+  return run_op("uqr::_int8_cuda", unsupported, x, w, fmt, N, K, group_size, out_heads, in_heads,
                 [&](const GemmPlan& plan, at::Tensor& y, int64_t rows, bool bf16, cudaStream_t stream) {
                   at::Tensor xq = at::empty({rows, K}, x.options().dtype(at::kChar));
                   at::Tensor xm = at::empty({rows, K / 32, 2}, x.options().dtype(at::kInt));
                   return qmma_int8(plan.x_used.data_ptr(), xq.data_ptr<int8_t>(),
                                    reinterpret_cast<int2*>(xm.data_ptr<int32_t>()), w.data_ptr<uint8_t>(),
-                                   w.stride(0), y.data_ptr(), plan.p, bf16, stream);
+                                   w.stride(0), y.data_ptr(), plan.p, bf16, stream, ip);
                 });
+}
+
+// uqr::_cuda_residency: resident CTAs an SM of a kernel build on `device`, the device property the
+// router's plan needs for its warps and splits (dispatch.py caches it per device and build):
+// "small_m" and "int8" (`variant`: Int8Variant) give 4 counts, at 1, 2, 4 and 8 K-splitting warps;
+// "mid_split" (the mid-M kernel's 16-row split-K build) one.
+std::vector<int64_t> cuda_residency(c10::string_view kernel, c10::string_view fmt_name, int64_t group_size, bool bf16,
+                                    int64_t rows, int64_t variant, at::Device device) {
+  const int fmt = format_from_name(fmt_name);
+  check_group_size("uqr::_cuda_residency", fmt, fmt_name, group_size);
+  UQR_CHECK(device.is_cuda(), "uqr::_cuda_residency: device: expected a CUDA device, got ", device);
+  UQR_CHECK(rows >= 1 && rows <= kQmmaMaxRows, "uqr::_cuda_residency: rows: expected 1..16, got ", rows);
+  uqr_gemm_params p{};
+  p.fmt = fmt;
+  p.group_size = block_elems(fmt, group_size);
+  p.block_bytes = block_bytes(fmt, group_size);
+  const c10::cuda::CUDAGuard guard(device);
+  int per_sm[4] = {0, 0, 0, 0};
+  cudaError_t err = cudaSuccess;
+  std::vector<int64_t> out;
+  if (kernel == "small_m") {
+    err = qmma_small_m_residency(p, bf16, static_cast<int>(rows), per_sm);
+    out.assign(per_sm, per_sm + 4);
+  } else if (kernel == "int8") {
+    UQR_CHECK(int8_plan_invalid(p, static_cast<int>(rows), Int8Plan{to_int(variant, "variant"), 1}) == nullptr,
+              "uqr::_cuda_residency: no int8 kernel variant ", variant, " for ", std::string(fmt_name), " at ", rows,
+              " rows");
+    err = int8_residency(p, bf16, static_cast<int>(rows), static_cast<int>(variant), per_sm);
+    out.assign(per_sm, per_sm + 4);
+  } else if (kernel == "mid_split") {
+    int fit = 1;
+    err = qmma_mid_m_split_fit(p, fit);
+    out.assign(1, fit);
+  } else {
+    UQR_CHECK(false, "uqr::_cuda_residency: kernel: expected 'small_m', 'int8' or 'mid_split', got ",
+              std::string(kernel));
+  }
+  UQR_CHECK(err == cudaSuccess, "uqr::_cuda_residency: ", cudaGetErrorString(err));
+  return out;
 }
 
 }  // namespace
@@ -107,9 +176,15 @@ at::Tensor int8_cuda(const at::Tensor& x, const at::Tensor& w, c10::string_view 
 }  // namespace uqr
 
 TORCH_LIBRARY_FRAGMENT(uqr, m) {
-  m.def("_qmma_cuda(Tensor x, Tensor w, str fmt, int N, int K, int group_size, int out_heads, bool in_heads) -> Tensor");
-  m.def("_int8_cuda(Tensor x, Tensor w, str fmt, int N, int K, int group_size, int out_heads, bool in_heads) -> Tensor");
-  m.def("_wgmma_cuda(Tensor x, Tensor w, str fmt, int N, int K, int group_size, int out_heads, bool in_heads) -> Tensor");
+  m.def("_qmma_cuda(Tensor x, Tensor w, str fmt, int N, int K, int group_size, int out_heads, bool in_heads, "
+        "bool mid, int warps, int mid_cols, int splits, int streamk_ctas, bool wide_regs, bool smem_cap, bool pdl) "
+        "-> Tensor");
+  m.def("_int8_cuda(Tensor x, Tensor w, str fmt, int N, int K, int group_size, int out_heads, bool in_heads, "
+        "int variant, int warps, bool smem_cap, bool pdl) -> Tensor");
+  m.def("_wgmma_cuda(Tensor x, Tensor w, str fmt, int N, int K, int group_size, int out_heads, bool in_heads, "
+        "int bm, int ctas, int splits, bool pdl) -> Tensor");
+  m.def("_cuda_residency(str kernel, str fmt, int group_size, bool bf16, int rows, int variant, Device device) -> int[]",
+        &uqr::cuda::cuda_residency);
 }
 
 TORCH_LIBRARY_IMPL(uqr, CUDA, m) {

@@ -3,7 +3,7 @@
 //
 // Why: the exact small-M kernel (qmma_small_m.cu) is bound by instruction issue - at M = 1 about 45
 // instructions per 512 weights, most of them turning codes into bf16 pairs, taking off the zero
-// point and applying each block's scale after its MMAs (bench/NOTES.md v26). With x in int8 the
+// point and applying each block's scale after its MMAs. With x in int8 the
 // codes enter the MMA as the block stores them: m16n8k32's A fragment gives lane c of row g the
 // bytes k = 4c..4c+3 (a0) and 16+4c..16+4c+3 (a2), and a GGUF q4 code byte i holds elements i (low
 // nibble) and i + 16 (high), so a row's two registers are one word masked, and shifted and masked.
@@ -21,11 +21,11 @@
 // streaming its rows' stages through a private cp.async ring (RowRing); x comes from global memory
 // (L1/L2: every CTA reads all of it, 1 byte an element here). One row runs the block-column form
 // (ColsX: each k-slot of the MMA its own block, x only in that block's column, scales once per block;
-// v44, 14336 x 4096, us: q4_0 15.8 / 16.2 -> 14.5 / 13.8, q4_k 15.4 / 15.6 -> 14.5 / 14.2); with it
-// off (UQR_INT8_COLS=0) one row's x is staged through the ring behind the weights where there are few
+// 14336 x 4096, us: q4_0 15.8 / 16.2 -> 14.5 / 13.8, q4_k 15.4 / 15.6 -> 14.5 / 14.2); with it
+// off (tuning knob int8_cols) one row's x is staged through the ring behind the weights where there are few
 // CTAs (SlotLayout), else read a stage ahead into registers (XPipe). Path "int8" runs this kernel
-// only where it measured faster than the exact one (configs.INT8_AUTO_MAX_ROWS; bench/NOTES.md
-// v31-v44).
+// only where it measured faster than the exact one (configs.INT8_AUTO_MAX_ROWS). The launch plan
+// (variant, warps, shared-memory cap, dependent launch) comes from the router (Int8Plan).
 #include <cstdlib>
 #include <type_traits>
 
@@ -197,7 +197,7 @@ struct XLanes {
 
 // One activation row's x a stage ahead in registers (global x, one column tile): the stage
 // functions read block j from registers, and once they are done with it (consumed) those registers
-// load block j of the next stage, a stage of work before it is needed. v39 ncu of the global-x
+// load block j of the next stage, a stage of work before it is needed. ncu of the global-x
 // kernel at one row: 6.5-7.7 of 18-19 stall cycles an instruction were long-scoreboard waits, the
 // x loads from L2 at the start of each stage.
 struct XPipe {
@@ -726,10 +726,10 @@ __device__ __forceinline__ void exl3_cols_stage(const unsigned char* buf, int sb
 
 // One activation row stages its x through the weight ring (codes and meta of the stage behind its
 // weights, 320 bytes): x operands are then shared-memory loads, which pays where few warps hide the
-// L2 latency of global loads (N = 4096: 256 CTAs). v36, same build (UQR_INT8_XRING), 1 row, staged
+// L2 latency of global loads (N = 4096: 256 CTAs). Same build, 1 row, staged
 // vs global, us: 4096 x 14336 q4_0 18.1 vs 21.4, q4_k 18.1 vs 19.7; 14336 x 4096 17.7 vs 17.2,
-// 16.7 vs 16.4. At more rows the copy costs shared memory and so occupancy (v32, 16 rows on 14336 x
-// 4096: q4_0 56.5 vs v31's 40.2 global), so they read global memory.
+// 16.7 vs 16.4. At more rows the copy costs shared memory and so occupancy (16 rows on 14336 x
+// 4096: q4_0 56.5 vs 40.2 global), so they read global memory.
 template <int FMT, bool kXRing>
 struct SlotLayout {
   using Ring = RowRing<KeyTraits<FMT>>;
@@ -803,7 +803,7 @@ __device__ __forceinline__ void int8_gemm(const Int8Args& a) {
   // while the quantize pre-pass runs, copies the first stages' weights (the pre-pass waited for
   // everything before it, so they are final) and then waits for the pre-pass's x (staged: those
   // stages' x copies, all landed before the loop, whose wait_group then covers the stages it issues
-  // itself). v34, 1 row on 14336 x 4096, without the dependent launch vs with: q4_k 18.4 -> 16.8
+  // itself). 1 row on 14336 x 4096, without the dependent launch vs with: q4_k 18.4 -> 16.8
   // us, q4_0 18.3 -> 17.5.
 #pragma unroll
   for (int s = 0; s < kStages - 1; ++s) issue(s, false);
@@ -880,7 +880,7 @@ __device__ __forceinline__ void int8_gemm(const Int8Args& a) {
 }
 
 // x read from global memory: registers as ptxas chooses (a cap makes it take the whole budget, and
-// fewer resident warps measured slower: v33's 72-80 against v34's 40-64, q4_k 18.1 vs 16.8 us at
+// fewer resident warps measured slower: 72-80 registers against 40-64, q4_k 18.1 vs 16.8 us at
 // one row on 14336 x 4096).
 template <int FMT, typename T, int NT, bool kOneRow, bool kXPipe, bool kCols = false>
 __global__ void __launch_bounds__(ksplit::kMaxWarps * 32) qmma_int8_kernel(const Int8Args a) {
@@ -897,80 +897,91 @@ __global__ void __launch_bounds__(ksplit::kMaxWarps * 32) __maxnreg__((staged_ma
   int8_gemm<FMT, T, 1, true, true>(a);
 }
 
+// The kernel of one variant, and its residency (resident CTAs an SM at 1-8 K-splitting warps, for
+// the plan's warps; its first call lets the kernel take the opt-in shared memory).
 template <int FMT, typename T, int NT, bool kOneRow, bool kXRing = false, bool kXPipe = false, bool kCols = false>
-cudaError_t launch_tiles(const Int8Args& a, cudaStream_t stream) {
+struct Tiles {
+  static constexpr int kNT = NT;
+  static constexpr bool kRow = kOneRow, kRing = kXRing, kPipe = kXPipe, kColsV = kCols;
   using Ring = RowRing<KeyTraits<FMT>>;
   using L = SlotLayout<FMT, kXRing>;
-  const auto kernel = [] {  // only the variant asked for is instantiated (mlx4 has no staged form)
+  static constexpr auto kernel() {  // only the variant asked for is instantiated (mlx4 has no staged form)
     if constexpr (kXRing) return qmma_int8_kernel_staged<FMT, T>;
     else return qmma_int8_kernel<FMT, T, NT, kOneRow, kXPipe, kCols>;
-  }();
-  const auto ring_bytes = [](int w) { return static_cast<size_t>(w) * kStages * L::kBytes + kRingSlack; };
-  static const ksplit::Residency res = ksplit::residency_of(kernel, ring_bytes);
+  }
+  static size_t ring_bytes(int w) { return static_cast<size_t>(w) * kStages * L::kBytes + kRingSlack; }
+  static const ksplit::Residency& residency() {
+    static const ksplit::Residency res = ksplit::residency_of(kernel(), ring_bytes);
+    return res;
+  }
+};
+
+template <int FMT, typename T, int NT, bool kOneRow, bool kXRing = false, bool kXPipe = false, bool kCols = false>
+cudaError_t launch_tiles(const Int8Args& a, cudaStream_t stream, const Int8Plan& plan) {
+  using V = Tiles<FMT, T, NT, kOneRow, kXRing, kXPipe, kCols>;
+  const ksplit::Residency& res = V::residency();
   if (res.err != cudaSuccess) return res.err;
   const int grid = (a.p.N + kWarpRows - 1) / kWarpRows;
-  const int warps = ksplit::pick_warps(res, a.p.K / Ring::kStageElems, grid);
-  const size_t ring = ring_bytes(warps);
+  const int warps = plan.warps;
+  const size_t ring = V::ring_bytes(warps);
   const size_t red = static_cast<size_t>(warps - 1) * NT * 4 * 32 * sizeof(float);
-  return launch_ex(kernel, dim3(grid), dim3(warps * 32),
-                   ksplit::capped_smem(ring > red ? ring : red, grid, ksplit::fit_of(res, warps)), stream, a);
+  return launch_ex(V::kernel(), dim3(grid), dim3(warps * 32),
+                   ksplit::capped_smem(ring > red ? ring : red, grid, ksplit::fit_of(res, warps), plan.smem_cap), stream,
+                   plan.pdl, a);
 }
 
-// Whether one activation row stages its x through the ring (SlotLayout): UQR_INT8_XRING=0 / 1
-// force it (A/B runs), else where the grid has fewer than 4 CTAs of 16 rows an SM (N = 4096: 256).
-inline bool stage_x(int N) {
-  static const int forced = [] {
-    const char* env = getenv("UQR_INT8_XRING");
-    return env ? atoi(env) : -1;
-  }();
-  return forced >= 0 ? forced != 0 : (N + kWarpRows - 1) / kWarpRows < 4 * sm_count();
+// No other int8 kernel for these formats than the one-row block-column one.
+constexpr bool cols_only(int fmt) {
+  return is_mlx4(fmt) || fmt == UQR_TERNARY || fmt == UQR_VAR_AFFINE || fmt == UQR_EXL3;
 }
 
-// Whether one activation row read from global memory keeps its x a stage ahead in registers
-// (XPipe); UQR_INT8_XPIPE=0 turns it off (A/B runs).
-inline bool pipe_x() {
-  static const bool on = [] {
-    const char* env = getenv("UQR_INT8_XPIPE");
-    return !(env && env[0] == '0');
-  }();
-  return on;
-}
-
-// Whether one activation row runs the block-column kernel (ColsX); UQR_INT8_COLS=0 turns it off
-// (A/B runs).
-inline bool block_cols() {
-  static const bool on = [] {
-    const char* env = getenv("UQR_INT8_COLS");
-    return !(env && env[0] == '0');
-  }();
-  return on;
+// The variants of one activation row (the plan's choice, dispatch.py): block columns (ColsX, the
+// default for q4_0 / q4_k); else x staged through the ring (SlotLayout) where the grid has fewer
+// than 4 CTAs of 16 rows an SM (N = 4096: 256); else x read from global memory a stage ahead in
+// registers (XPipe), or without that.
+template <int FMT, typename T, class Fn>
+cudaError_t with_variant(int rows, int variant, Fn&& fn) {
+  if (variant == kInt8Cols) return fn(Tiles<FMT, T, 1, true, false, false, true>{});
+  if constexpr (cols_only(FMT)) {
+    return cudaErrorInvalidValue;  // int8_plan_invalid: one row only, in block columns
+  } else {
+    if (rows == 1) {
+      if (variant == kInt8XRing) return fn(Tiles<FMT, T, 1, true, true>{});
+      if (variant == kInt8XPipe) return fn(Tiles<FMT, T, 1, true, false, true>{});
+      return fn(Tiles<FMT, T, 1, true, false>{});
+    }
+    return rows <= 8 ? fn(Tiles<FMT, T, 1, false>{}) : fn(Tiles<FMT, T, 2, false>{});
+  }
 }
 
 template <int FMT, typename T>
-cudaError_t run(const Int8Args& a, const T* x, int8_t* xq, int2* xm, cudaStream_t stream) {
+cudaError_t run(const Int8Args& a, const T* x, int8_t* xq, int2* xm, cudaStream_t stream, const Int8Plan& plan) {
   const int64_t threads = static_cast<int64_t>(a.rows) * (a.p.K / 8);
-  // No other int8 kernel for these.
-  constexpr bool kColsOnly = is_mlx4(FMT) || FMT == UQR_TERNARY || FMT == UQR_VAR_AFFINE || FMT == UQR_EXL3;
-  const bool cols = a.rows == 1 && (kColsOnly || block_cols());
-  if (kColsOnly && !cols) return cudaErrorInvalidValue;  // int8_unsupported: one row only, in block columns
+  const bool cols = plan.variant == kInt8Cols;
   const auto quantize = [cols] {  // only the code orders a format's kernels read are instantiated
-    if constexpr (kColsOnly) return quantize_x_kernel<T, FMT, true>;
+    if constexpr (cols_only(FMT)) return quantize_x_kernel<T, FMT, true>;
     else return cols ? quantize_x_kernel<T, FMT, true> : quantize_x_kernel<T, FMT, false>;
   }();
   if (const cudaError_t e = launch_ex(quantize, dim3(static_cast<unsigned>((threads + 255) / 256)), dim3(256), 0,
-                                     stream, a.p, x, a.rows, xq, xm);
+                                     stream, plan.pdl, a.p, x, a.rows, xq, xm);
       e != cudaSuccess)
     return e;
-  if (cols) return launch_tiles<FMT, T, 1, true, false, false, true>(a, stream);
-  if constexpr (kColsOnly) {
-    return cudaErrorInvalidValue;  // unreachable: checked above
-  } else {
-    if (a.rows == 1)
-      return stage_x(a.p.N) ? launch_tiles<FMT, T, 1, true, true>(a, stream)
-             : pipe_x()     ? launch_tiles<FMT, T, 1, true, false, true>(a, stream)
-                            : launch_tiles<FMT, T, 1, true, false>(a, stream);
-    return a.rows <= 8 ? launch_tiles<FMT, T, 1, false>(a, stream) : launch_tiles<FMT, T, 2, false>(a, stream);
-  }
+  return with_variant<FMT, T>(a.rows, plan.variant, [&](auto v) {
+    using V = decltype(v);
+    return launch_tiles<FMT, T, V::kNT, V::kRow, V::kRing, V::kPipe, V::kColsV>(a, stream, plan);
+  });
+}
+
+// Calls fn(std::integral_constant<int, key>) for p's format key (mlx4: by group).
+template <class Fn>
+cudaError_t with_key(const uqr_gemm_params& p, Fn&& fn) {
+  if (p.fmt == UQR_Q4_0) return fn(std::integral_constant<int, UQR_Q4_0>{});
+  if (p.fmt == UQR_Q4_K) return fn(std::integral_constant<int, UQR_Q4_K>{});
+  if (p.fmt == UQR_TERNARY) return fn(std::integral_constant<int, UQR_TERNARY>{});
+  if (p.fmt == UQR_VAR_AFFINE) return fn(std::integral_constant<int, UQR_VAR_AFFINE>{});
+  if (p.fmt == UQR_EXL3) return fn(std::integral_constant<int, UQR_EXL3>{});
+  return p.group_size == 32 ? fn(std::integral_constant<int, mlx4_key<32>()>{})
+                            : fn(std::integral_constant<int, mlx4_key<64>()>{});
 }
 
 }  // namespace
@@ -985,27 +996,42 @@ const char* int8_unsupported(const uqr_gemm_params& p, int rows, bool half_x, ui
     return "int8 activations for mlx4 take one activation row and group size 32 or 64";
   if ((p.fmt == UQR_TERNARY || p.fmt == UQR_VAR_AFFINE || p.fmt == UQR_EXL3) && rows != 1)
     return "int8 activations for ternary, var_affine and exl3 take one activation row";
-  return qmma_unsupported(p, rows, half_x, x_addr, w_addr, w_row_stride);
+  return qmma_unsupported(p, rows, half_x, x_addr, w_addr, w_row_stride, false);
+}
+
+const char* int8_plan_invalid(const uqr_gemm_params& p, int rows, const Int8Plan& plan) {
+  if (!ksplit::valid_warps(plan.warps)) return "warps must be 1, 2, 4 or 8";
+  if (plan.variant < kInt8Tiles || plan.variant > kInt8Cols) return "unknown int8 kernel variant";
+  if (rows != 1 && plan.variant != kInt8Tiles) return "the one-row int8 variants take one activation row";
+  const bool only_cols = p.fmt == UQR_MLX4 || p.fmt == UQR_TERNARY || p.fmt == UQR_VAR_AFFINE || p.fmt == UQR_EXL3;
+  if (only_cols && plan.variant != kInt8Cols) return "this format's int8 kernel is the block-column one";
+  return nullptr;
+}
+
+cudaError_t int8_residency(const uqr_gemm_params& p, bool bf16, int rows, int variant, int (&per_sm)[4]) {
+  return with_key(p, [&](auto key) {
+    constexpr int F = decltype(key)::value;
+    auto get = [&](auto v) {
+      const ksplit::Residency& res = decltype(v)::residency();
+      for (int i = 0; i < 4; ++i) per_sm[i] = res.per_sm[i];
+      return res.err;
+    };
+    return bf16 ? with_variant<F, __nv_bfloat16>(rows, variant, get) : with_variant<F, __half>(rows, variant, get);
+  });
 }
 
 cudaError_t qmma_int8(const void* x, int8_t* xq, int2* xm, const uint8_t* w, int64_t w_row_stride, void* y,
-                      const uqr_gemm_params& p, bool bf16, cudaStream_t stream) {
+                      const uqr_gemm_params& p, bool bf16, cudaStream_t stream, const Int8Plan& plan) {
   const int rows = p.batch * p.M;
-  if (int8_unsupported(p, rows, true, reinterpret_cast<uintptr_t>(x), reinterpret_cast<uintptr_t>(w), w_row_stride))
+  if (int8_unsupported(p, rows, true, reinterpret_cast<uintptr_t>(x), reinterpret_cast<uintptr_t>(w), w_row_stride) ||
+      int8_plan_invalid(p, rows, plan))
     return cudaErrorInvalidValue;
   const Int8Args a{p, xq, xm, y, w, w_row_stride, rows};
-  auto go = [&](auto key) {
+  return with_key(p, [&](auto key) {
     constexpr int F = decltype(key)::value;
-    return bf16 ? run<F>(a, static_cast<const __nv_bfloat16*>(x), xq, xm, stream)
-                : run<F>(a, static_cast<const __half*>(x), xq, xm, stream);
-  };
-  if (p.fmt == UQR_Q4_0) return go(std::integral_constant<int, UQR_Q4_0>{});
-  if (p.fmt == UQR_Q4_K) return go(std::integral_constant<int, UQR_Q4_K>{});
-  if (p.fmt == UQR_TERNARY) return go(std::integral_constant<int, UQR_TERNARY>{});
-  if (p.fmt == UQR_VAR_AFFINE) return go(std::integral_constant<int, UQR_VAR_AFFINE>{});
-  if (p.fmt == UQR_EXL3) return go(std::integral_constant<int, UQR_EXL3>{});
-  return p.group_size == 32 ? go(std::integral_constant<int, mlx4_key<32>()>{})
-                            : go(std::integral_constant<int, mlx4_key<64>()>{});
+    return bf16 ? run<F>(a, static_cast<const __nv_bfloat16*>(x), xq, xm, stream, plan)
+                : run<F>(a, static_cast<const __half*>(x), xq, xm, stream, plan);
+  });
 }
 
 }  // namespace cuda

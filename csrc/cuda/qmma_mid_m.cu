@@ -11,11 +11,11 @@
 // bytes (private slot, as in the small-M kernel) + the CTA's x tile [8 NT][stage] (rows padded so
 // the lanes' 8- or 16-byte fragment loads hit distinct banks). One barrier per stage: it publishes
 // stage i to every warp and frees the slot stage i - 1 used, which the next copy fills. Two stages
-// (not three) so that two CTAs share an SM: the kernel is latency-bound (bench/NOTES.md v11).
+// (not three) so that two CTAs share an SM: the kernel is latency-bound.
 //
 // The scales are applied to the codes in T before the MMA (subblock_steps), so the weights
 // are rounded to T once, as the scratch path's decode rounds them; the small-M kernel's fp32
-// scales after the MMA cost 4 FFMA per 2 MMAs and registers here, and measured slower (v11b: q4_0
+// scales after the MMA cost 4 FFMA per 2 MMAs and registers here, and measured slower (q4_0
 // M = 128 101.5 vs 83 us).
 #include "qmma_small_m.h"
 #include "cuda_common.cuh"
@@ -245,7 +245,7 @@ __global__ void __launch_bounds__(kMidWarps * 32, (arch_minb<F, MINB, U>())) qmm
 // 9-16 rows (two column tiles), where K is split over the grid so that the CTAs of a 16-row x tile
 // fill the GPU: two ring stages, x in fragment order, 3 CTAs an SM (registers capped at 85) except
 // mlx4 g128, which spills there (2: 128), and 4 sub-blocks a loop trip except for mlx4's wide x
-// loads and var_affine, which spills at 4 (v68, 16 rows, us, U = 2 -> 4: q4_k 27.9 -> 26.1, exl3
+// loads and var_affine, which spills at 4 (16 rows, us, U = 2 -> 4: q4_k 27.9 -> 26.1, exl3
 // 41.2 -> 36.5, q4_0 23.0 -> 22.7, mlx4 21.7 -> 22.6 on 14336 x 4096).
 constexpr int kSplitStages = 2;
 template <class F>
@@ -258,7 +258,7 @@ constexpr int split_u() {
 }
 
 template <class F, typename T, int NT, int MINB, int S, bool PX, int U = 2>
-cudaError_t launch_mid(const SplitArgs& sa, cudaStream_t stream) {
+cudaError_t launch_mid(const SplitArgs& sa, cudaStream_t stream, bool pdl) {
   constexpr size_t smem = mid_smem_bytes<F, NT, S, PX>();
   static const cudaError_t attr = cudaFuncSetAttribute(qmma_mid_m_kernel<F, T, NT, MINB, S, PX, U>,
                                                        cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
@@ -268,58 +268,40 @@ cudaError_t launch_mid(const SplitArgs& sa, cudaStream_t stream) {
                                    : dim3((a.p.N + kMidWarps * kWarpRows - 1) / (kMidWarps * kWarpRows),
                                           (a.rows + 8 * NT - 1) / (8 * NT), sa.splits);
   if (const cudaError_t e = launch_ex(qmma_mid_m_kernel<F, T, NT, MINB, S, PX, U>, grid, dim3(kMidWarps * 32), smem,
-                                      stream, sa);
+                                      stream, pdl, sa);
       e != cudaSuccess || sa.splits == 1)
     return e;
-  return reduce_splits<T>(sa, stream);
+  return reduce_splits<T>(sa, stream, pdl);
 }
 
-// Column tile: 16 activation rows at 9-16 rows; else 64 (x read N / 128 times), or 32 where 64
-// would leave SMs idle (small N) or would be mostly padding.
-inline int pick_mid_nt(const QmmaArgs& a) {
-  if (a.rows <= kQmmaMaxRows) return 2;
-  if (a.rows <= 32) return 4;
-  const int row_ctas = (a.p.N + kMidWarps * kWarpRows - 1) / (kMidWarps * kWarpRows);
-  return row_ctas * ((a.rows + 63) / 64) >= sm_count() ? 8 : 4;
-}
-
-template <class F>
-int streamk_ctas(const uqr_gemm_params& p, int rows);
-
-// The stream-K grid's kernel built for 2 CTAs an SM (128 registers a thread) instead of the 3 the
-// power-of-two split's grid needs (85): stream-K launches 2 an SM, so the 85 cap buys it no
-// residency. v77 (H100, 16 rows, 14336 x 4096, two rounds, us, 85 -> 128): q4_k 26.4 -> 25.2/25.1,
-// exl3 34.3/35.0 -> 32.5/32.7, the rest within +-3 % either way (q8_0 36.7 -> 37.0/37.4, ternary
-// 20.8/21.1 -> 21.4/20.9). So by default only q4_k and exl3, whose builds gain most registers
-// (80 -> 100 / 112); UQR_STREAMK_REGS=128 takes it for every format, =85 for none (A/B runs).
-template <class F>
-bool streamk_wide_regs() {
-  static const int mode = env_int("UQR_STREAMK_REGS", 0);
-  constexpr bool kGains = std::is_same<F, Traits<UQR_Q4_K>>::value || std::is_same<F, Traits<UQR_EXL3>>::value;
-  return mode == 128 || (mode != 85 && kGains);
-}
-
+// The plan's column tile (dispatch.py): 16 activation rows at 9-16 rows; else 64 (x read N / 128
+// times), or 32 where 64 would leave SMs idle (small N) or would be mostly padding.
+//
+// At 16 rows the plan may deal the stages out by stream-K (sk_ctas > 0) and take the build for 2
+// CTAs an SM (128 registers a thread) instead of the 3 the power-of-two split's grid needs (85):
+// stream-K launches 2 an SM, so the 85 cap buys it no residency. Measured on the H100 (16 rows,
+// 14336 x 4096, two rounds, us, 85 -> 128): q4_k 26.4 -> 25.2/25.1, exl3 34.3/35.0 -> 32.5/32.7,
+// the rest within +-3 % either way (q8_0 36.7 -> 37.0/37.4, ternary 20.8/21.1 -> 21.4/20.9); so by
+// default the plan takes it only for q4_k and exl3, whose builds gain most registers (80 -> 100 / 112).
 template <class F, typename T>
-cudaError_t launch_mid_any(const SplitArgs& sa, cudaStream_t stream) {
-  switch (pick_mid_nt(sa.q)) {
-    case 2: {
+cudaError_t launch_mid_any(const SplitArgs& sa, const SplitPlan& plan, cudaStream_t stream, bool pdl) {
+  switch (plan.cols) {
+    case 16: {
       SplitArgs sk = sa;
-      if (const int ctas = sa.splits > 1 ? streamk_ctas<F>(sa.q.p, sa.q.rows) : 0; ctas > 0) {
-        sk.sk_ctas = ctas;
-        sk.sk_units = sa.q.p.K / RowRing<F>::kStageElems;
-        if (streamk_wide_regs<F>()) return launch_mid<F, T, 2, 2, kSplitStages, true, split_u<F>()>(sk, stream);
-      }
-      return launch_mid<F, T, 2, split_minb<F>(), kSplitStages, true, split_u<F>()>(sk, stream);
+      sk.sk_ctas = plan.sk_ctas;
+      if (plan.sk_ctas > 0) sk.sk_units = sa.q.p.K / RowRing<F>::kStageElems;
+      if (plan.wide_regs) return launch_mid<F, T, 2, 2, kSplitStages, true, split_u<F>()>(sk, stream, pdl);
+      return launch_mid<F, T, 2, split_minb<F>(), kSplitStages, true, split_u<F>()>(sk, stream, pdl);
     }
-    case 4: return launch_mid<F, T, 4, mid_ctas_per_sm<F, 4>(), kMidStages, false>(sa, stream);
-    default: return launch_mid<F, T, 8, mid_ctas_per_sm<F, 8>(), kMidStages, false>(sa, stream);
+    case 32: return launch_mid<F, T, 4, mid_ctas_per_sm<F, 4>(), kMidStages, false>(sa, stream, pdl);
+    default: return launch_mid<F, T, 8, mid_ctas_per_sm<F, 8>(), kMidStages, false>(sa, stream, pdl);
   }
 }
 
-// K split in equal power-of-two ways at 9-16 rows: the most that keep the grid within one wave of
-// the CTAs an SM holds, with >= 2 stages a split.
+// Resident CTAs an SM of the 16-row split build, for the plan's power-of-two split of K at 9-16
+// rows (the most splits that keep the grid within one wave, with >= 2 stages a split).
 template <class F>
-int plain_splits(const uqr_gemm_params& p) {
+int split_fit() {
   static const int per_sm = [] {
     constexpr size_t smem = mid_smem_bytes<F, 2, kSplitStages, true>();
     auto kernel = qmma_mid_m_kernel<F, __nv_bfloat16, 2, split_minb<F>(), kSplitStages, true, split_u<F>()>;
@@ -328,67 +310,45 @@ int plain_splits(const uqr_gemm_params& p) {
     if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&fit, kernel, kMidWarps * 32, smem) != cudaSuccess) fit = 1;
     return fit > 0 ? fit : 1;
   }();
-  const int n_stages = p.K / RowRing<F>::kStageElems;
-  const int tiles = (p.N + kMidWarps * kWarpRows - 1) / (kMidWarps * kWarpRows);
-  int splits = 1;
-  while (tiles * splits * 2 <= sm_count() * per_sm && n_stages / (splits * 2) >= 2) splits *= 2;
-  return splits;
-}
-
-// Stream-K at 9-16 rows (0: off): a grid of UQR_STREAMK_PER_SM (default 2) CTAs an SM, or
-// UQR_STREAMK_CTAS, dealt equal ranges of all tiles' stages. With 2 K-splits of 112 row tiles
-// (14336 x 4096) 92 SMs held two CTAs and 40 one, so the SMs were busy 78 % of the kernel (ncu
-// v68); equal ranges give every SM the same work (v76: 16 rows, 3-9 % faster for every format).
-// By default (UQR_STREAMK=1) only where the power-of-two split leaves more than 5 % of those
-// CTA slots empty: the N = 4096 shapes' 256 CTAs (1.94 an SM) stay as measured (not timed with
-// stream-K); UQR_STREAMK=2 (or a forced grid) takes it everywhere, 0 nowhere. It needs more CTAs
-// than tiles (a range then spans at most two tiles) and >= 2 stages a CTA; forced splits turn it off.
-template <class F>
-int streamk_ctas(const uqr_gemm_params& p, int rows) {
-  static const int mode = env_int("UQR_STREAMK", 1), per_sm_env = env_int("UQR_STREAMK_PER_SM", 0),
-                   forced = env_int("UQR_STREAMK_CTAS", 0), forced_splits = env_int("UQR_SPLIT16_SPLITS", 0);
-  if (rows > kQmmaMaxRows || mode == 0 || forced_splits > 0) return 0;
-  const int n_all = p.K / RowRing<F>::kStageElems;
-  const int64_t units = sk_all_units(p.N, n_all), tiles = units / n_all;
-  const int64_t slots = static_cast<int64_t>(sm_count()) * (per_sm_env > 0 ? per_sm_env : 2);
-  if (mode == 1 && forced == 0 && per_sm_env == 0 && tiles * plain_splits<F>(p) * 20 >= slots * 19) return 0;
-  const int64_t ctas = std::min<int64_t>(forced > 0 ? forced : slots, units / 2);
-  return ctas > tiles ? static_cast<int>(ctas) : 0;
-}
-
-// Splits of K at 9-16 rows (the workspace planes): stream-K's most pieces a tile can have, else
-// plain_splits. UQR_SPLIT16_SPLITS forces a count (A/B runs).
-template <class F>
-int splits_for(const uqr_gemm_params& p, int rows) {
-  if (rows > kQmmaMaxRows) return 1;
-  static const int forced = env_int("UQR_SPLIT16_SPLITS", 0);
-  const int n_stages = p.K / RowRing<F>::kStageElems;
-  if (forced > 0) return forced < n_stages ? forced : n_stages;
-  if (const int ctas = streamk_ctas<F>(p, rows); ctas > 0) {
-    // Ranges of >= L stages: a tile's n_stages meet at most (n_stages - 1) / L + 2 of them.
-    const int64_t units = sk_all_units(p.N, n_stages);
-    return static_cast<int>((n_stages - 1) / (units / ctas) + 2);
-  }
-  return plain_splits<F>(p);
+  return per_sm;
 }
 
 }  // namespace
 
-cudaError_t qmma_mid_m(const SplitArgs& sa, bool bf16, cudaStream_t stream) {
+// Stream-K at 9-16 rows (the plan's streamk_ctas): a grid of CTAs dealt equal ranges of all tiles'
+// stages. With 2 K-splits of 112 row tiles (14336 x 4096) 92 SMs held two CTAs and 40 one, so the
+// SMs were busy 78 % of the kernel (ncu); equal ranges give every SM the same work (16 rows, 3-9 %
+// faster for every format). It needs more CTAs than tiles (a range then spans at most two tiles),
+// at most one CTA a stage, and as many workspace planes as a tile has pieces.
+const char* mid_m_plan_invalid(const uqr_gemm_params& p, int rows, const SplitPlan& plan) {
+  if (plan.cols != 16 && plan.cols != 32 && plan.cols != 64) return "the mid-M column tile must be 16, 32 or 64 rows";
+  if ((rows <= kQmmaMaxRows) != (plan.cols == 16)) return "the mid-M kernel takes 16-row column tiles at 1-16 rows only";
+  if (plan.splits < 1) return "splits must be >= 1";
+  if (plan.wide_regs && plan.cols != 16) return "the 128-register build is the 16-row tile's";
+  if (plan.sk_ctas < 0) return "stream-K CTAs must be >= 0";
+  const int n_stages = p.K / stage_blocks(p.group_size, p.block_bytes) / p.group_size;
+  if (plan.sk_ctas == 0) return plan.splits <= n_stages ? nullptr : "splits must be at most K's stages";
+  if (plan.cols != 16) return "stream-K needs the 16-row column tile";
+  const int64_t units = sk_all_units(p.N, n_stages), tiles = units / n_stages;
+  if (plan.sk_ctas <= tiles || plan.sk_ctas > units) return "stream-K needs more CTAs than row tiles, at most one a stage";
+  if (plan.splits < (n_stages - 1) / (units / plan.sk_ctas) + 2) return "stream-K needs a plane for each piece of a tile";
+  return nullptr;
+}
+
+cudaError_t qmma_mid_m(const SplitArgs& sa, const SplitPlan& plan, bool bf16, cudaStream_t stream, bool pdl) {
   if (sa.splits < 1 || (sa.splits > 1 && sa.ws == nullptr)) return cudaErrorInvalidValue;
   return with_format(sa.q.p, [&](auto f) {
     using F = decltype(f);
-    return bf16 ? launch_mid_any<F, __nv_bfloat16>(sa, stream) : launch_mid_any<F, __half>(sa, stream);
+    return bf16 ? launch_mid_any<F, __nv_bfloat16>(sa, plan, stream, pdl)
+                : launch_mid_any<F, __half>(sa, plan, stream, pdl);
   });
 }
 
-int mid_m_splits(const uqr_gemm_params& p, int rows) {
-  int splits = 1;
-  with_format(p, [&](auto f) {
-    splits = splits_for<decltype(f)>(p, rows);
+cudaError_t qmma_mid_m_split_fit(const uqr_gemm_params& p, int& fit) {
+  return with_format(p, [&](auto f) {
+    fit = split_fit<decltype(f)>();
     return cudaSuccess;
   });
-  return splits;
 }
 
 }  // namespace cuda

@@ -6,8 +6,8 @@
 // Work split: a CTA owns 16 weight rows (the MMA's M side) and 1-8 warps that split K; each
 // warp streams its 16 rows' bytes in stages of 256 (mlx4 g128: 512) elements through a private
 // cp.async ring, and the warps' partial sums meet in shared memory at the end. The copy and
-// sub-block loops stay written out here, as measured in v10: routing the sub-block loop through
-// the mid-M kernel's subblock_steps cost mlx4 ~20 % at M = 1 (bench/NOTES.md v11), and the shared
+// sub-block loops stay written out here, as measured: routing the sub-block loop through
+// the mid-M kernel's subblock_steps cost mlx4 ~20 % at M = 1, and the shared
 // RowRing adds 64-bit address work to every stage's copies (PTX), so neither is used here.
 #include "qmma_small_m.h"
 #include "cuda_common.cuh"
@@ -22,18 +22,18 @@ using namespace qmma;
 
 constexpr int kMaxWarpsK = ksplit::kMaxWarps;
 // Three stages: enough to overlap (each is 2.3-4.4 KB per warp) and small enough that a whole
-// 14336-row grid is resident at once (v9: with four, 896 CTAs needed 1.13 waves).
+// 14336-row grid is resident at once (with four, 896 CTAs needed 1.13 waves).
 constexpr int kStages = 3;
-constexpr int kRows = kWarpRows;  // weight rows per CTA (v10: two tiles per warp measured slower)
+constexpr int kRows = kWarpRows;  // weight rows per CTA (two tiles per warp measured slower)
 
 // Sub-blocks unrolled per loop trip: 4 at one column tile, 2 at two (whose MMAs already give the
 // scheduler independent work; 4 would cost registers and so occupancy), except mlx4, whose wide x
-// loads want the longer unroll (v9 at 4: 29.8 us at M = 16, v10 at 2: 34.5).
+// loads want the longer unroll (at 4: 29.8 us at M = 16, at 2: 34.5).
 template <class F, int NT>
 __host__ __device__ constexpr int unroll_subs() { return NT == 1 || F::kWideX ? 4 : 2; }
 // Register cap per thread. 72 lets 7 CTAs of 4 warps share an SM, so a 14336-row grid (896 CTAs)
 // is resident at once with 4 K-splitting warps (mlx4 and exl3's table lookup spill below 80). Two column tiles are left
-// uncapped: capped at 72 their x loads' L2 latency was exposed (v10: q4_0 M = 16 47.7 us vs 35).
+// uncapped: capped at 72 their x loads' L2 latency was exposed (q4_0 M = 16 47.7 us vs 35).
 template <class F, int NT>
 __host__ __device__ constexpr int max_regs() {
   return NT == 1 ? (F::kWideX || Prescaled<F>::value ? 80 : 72) : 128;
@@ -59,7 +59,7 @@ __global__ void __launch_bounds__(kMaxWarpsK * 32) __maxnreg__((max_regs<F, NT>(
 
   // The stage's bytes, row after row, land contiguously in the slot (row pitch = sb), so lane
   // piece idx = lane + 32 u goes to slot + 16 idx: consecutive lanes copy consecutive 16-byte
-  // pieces (coalesced reads, conflict-free shared stores; v10's row-per-lane mapping measured
+  // pieces (coalesced reads, conflict-free shared stores; a row-per-lane mapping measured
   // slower), and only the global offsets need registers.
   constexpr int kPieces = sb / 16, kAll = kRows * kPieces;
   constexpr int kCopies = (kAll + 31) / 32;
@@ -109,12 +109,12 @@ __global__ void __launch_bounds__(kMaxWarpsK * 32) __maxnreg__((max_regs<F, NT>(
   constexpr int U = unroll_subs<F, NT>();
   constexpr int kTrips = kStageBlocks * F::kSubs / U;  // loop trips of U sub-blocks a stage
   // At two column tiles the x loads (from L2: every CTA reads all of x) are issued one trip ahead,
-  // into the other of two register sets, so their latency overlaps a trip of decode and MMAs (v26
-  // ncu, 16 rows: long-scoreboard stalls 5.7 of 10.2 cycles an instruction without it, 2.5 with;
-  // v27: q4_0 34.6 -> 30.6 us on 14336 x 4096). Not for mlx4's wide x: its two sets of 4
-  // sub-blocks spill, and at 2 sub-blocks a trip it measured slower (v27: 28.6 vs v22's 27.1).
-  // Not for q8_0 either: with its 34-byte blocks it lost on both N = 4096 shapes (v27, 16 rows:
-  // 4096 x 14336 53.2 vs 48.4 us, 4096 x 4096 18.9 vs 17.6; v28 55.5) for a win on 14336 x 4096.
+  // into the other of two register sets, so their latency overlaps a trip of decode and MMAs (ncu,
+  // 16 rows: long-scoreboard stalls 5.7 of 10.2 cycles an instruction without it, 2.5 with;
+  // q4_0 34.6 -> 30.6 us on 14336 x 4096). Not for mlx4's wide x: its two sets of 4
+  // sub-blocks spill, and at 2 sub-blocks a trip it measured slower (28.6 vs 27.1 us).
+  // Not for q8_0 either: with its 34-byte blocks it lost on both N = 4096 shapes (16 rows:
+  // 4096 x 14336 53.2 vs 48.4 us, 4096 x 4096 18.9 vs 17.6) for a win on 14336 x 4096.
   constexpr bool kPrefetchX = NT == 2 && !F::kWideX && !std::is_same<F, Traits<UQR_Q8_0>>::value;
   const int lane_x = (F::kWideX ? 8 : 4) * c;
   using XTrip = uint32_t[U][NT][4];
@@ -257,39 +257,39 @@ const ksplit::Residency& residency() {
 }
 
 template <class F, typename T, int NT>
-cudaError_t launch_nt(const QmmaArgs& a, cudaStream_t stream) {
+cudaError_t launch_nt(const QmmaArgs& a, cudaStream_t stream, const QmmaPlan& plan) {
   constexpr int sb = stage_blocks(F::kElems, F::kBytes) * F::kBytes;
-  constexpr int kStageElems = stage_blocks(F::kElems, F::kBytes) * F::kElems;
   const ksplit::Residency& res = residency<F, T, NT>();
   if (res.err != cudaSuccess) return res.err;
   const int grid = (a.p.N + kRows - 1) / kRows;
-  const int warps_k = ksplit::pick_warps(res, a.p.K / kStageElems, grid);
+  const int warps_k = plan.warps;
   const size_t ring = ring_bytes(warps_k, sb);
   const size_t red = static_cast<size_t>(warps_k - 1) * NT * 4 * 32 * sizeof(float);
   return launch_ex(qmma_small_m_kernel<F, T, NT>, dim3(grid), dim3(warps_k * 32),
-                   ksplit::capped_smem(ring > red ? ring : red, grid, ksplit::fit_of(res, warps_k)), stream, a);
+                   ksplit::capped_smem(ring > red ? ring : red, grid, ksplit::fit_of(res, warps_k), plan.smem_cap),
+                   stream, plan.pdl, a);
 }
 
 template <class F, typename T>
-cudaError_t launch(QmmaArgs& a, cudaStream_t stream) {
-  return a.rows <= 8 ? launch_nt<F, T, 1>(a, stream) : launch_nt<F, T, 2>(a, stream);
+cudaError_t launch(QmmaArgs& a, cudaStream_t stream, const QmmaPlan& plan) {
+  return a.rows <= 8 ? launch_nt<F, T, 1>(a, stream, plan) : launch_nt<F, T, 2>(a, stream, plan);
 }
 
 }  // namespace
 
-bool mid_m_takes(int rows) {
-  // UQR_SPLIT16=0 keeps 9-16 rows on the small-M kernel (A/B runs).
-  static const bool split16 = [] {
-    const char* e = getenv("UQR_SPLIT16");
-    return !(e && e[0] == '0');
-  }();
-  return rows > kQmmaMaxRows || (split16 && rows > 8);
+cudaError_t qmma_small_m_residency(const uqr_gemm_params& p, bool bf16, int rows, int (&per_sm)[4]) {
+  return with_format(p, [&](auto f) {
+    using F = decltype(f);
+    const ksplit::Residency& res =
+        rows <= 8 ? (bf16 ? residency<F, __nv_bfloat16, 1>() : residency<F, __half, 1>())
+                  : (bf16 ? residency<F, __nv_bfloat16, 2>() : residency<F, __half, 2>());
+    for (int i = 0; i < 4; ++i) per_sm[i] = res.per_sm[i];
+    return res.err;
+  });
 }
 
-int qmma_splits(const uqr_gemm_params& p, int rows) { return mid_m_takes(rows) ? mid_m_splits(p, rows) : 1; }
-
 const char* qmma_unsupported(const uqr_gemm_params& p, int rows, bool half_x, uintptr_t x_addr, uintptr_t w_addr,
-                             int64_t w_row_stride) {
+                             int64_t w_row_stride, bool mid) {
   if (!half_x) return "x must be bfloat16 or float16";
   if (rows < 1 || rows > kQmmaMidMaxRows) return "batch * M must be 1..2^20";
   switch (p.fmt) {
@@ -308,15 +308,26 @@ const char* qmma_unsupported(const uqr_gemm_params& p, int rows, bool half_x, ui
   if (x_addr % 8 || p.x_row_stride % 4 || p.x_batch_stride % 4 || p.x_head_stride % 4)
     return "x must allow aligned 4-element loads";
   // In the mid-M kernel x is staged with 16-byte copies.
-  if (mid_m_takes(rows) && (x_addr % 16 || p.x_row_stride % 8 || p.x_batch_stride % 8 || p.x_head_stride % 8))
+  if (mid && (x_addr % 16 || p.x_row_stride % 8 || p.x_batch_stride % 8 || p.x_head_stride % 8))
     return "x must allow aligned 8-element copies";
   return nullptr;
 }
 
+const char* qmma_plan_invalid(const uqr_gemm_params& p, int rows, const QmmaPlan& plan) {
+  if (!plan.mid) {
+    if (rows > kQmmaMaxRows) return "the small-M kernel takes at most 16 activation rows";
+    if (!ksplit::valid_warps(plan.warps)) return "warps must be 1, 2, 4 or 8";
+    return nullptr;
+  }
+  return mid_m_plan_invalid(p, rows, SplitPlan{plan.mid_cols, plan.splits, plan.streamk_ctas, plan.wide_regs});
+}
+
 cudaError_t qmma_small_m(const void* x, const uint8_t* w, int64_t w_row_stride, void* y, const uqr_gemm_params& p,
-                         bool bf16, cudaStream_t stream, int splits, float* split_ws) {
+                         bool bf16, cudaStream_t stream, const QmmaPlan& plan, float* split_ws) {
   const int rows = p.batch * p.M;
-  if (qmma_unsupported(p, rows, true, reinterpret_cast<uintptr_t>(x), reinterpret_cast<uintptr_t>(w), w_row_stride))
+  if (qmma_unsupported(p, rows, true, reinterpret_cast<uintptr_t>(x), reinterpret_cast<uintptr_t>(w), w_row_stride,
+                       plan.mid) ||
+      qmma_plan_invalid(p, rows, plan))
     return cudaErrorInvalidValue;
   QmmaArgs a{};
   a.p = p;
@@ -325,10 +336,15 @@ cudaError_t qmma_small_m(const void* x, const uint8_t* w, int64_t w_row_stride, 
   a.w = w;
   a.w_row_stride = w_row_stride;
   a.rows = rows;
-  if (mid_m_takes(rows)) return qmma_mid_m(SplitArgs{a, split_ws, splits}, bf16, stream);
+  if (plan.mid) {
+    SplitArgs sa{a, split_ws, plan.splits};
+    sa.sk_ctas = plan.streamk_ctas;
+    return qmma_mid_m(sa, SplitPlan{plan.mid_cols, plan.splits, plan.streamk_ctas, plan.wide_regs}, bf16, stream,
+                      plan.pdl);
+  }
   return with_format(a.p, [&](auto f) {
     using F = decltype(f);
-    return bf16 ? launch<F, __nv_bfloat16>(a, stream) : launch<F, __half>(a, stream);
+    return bf16 ? launch<F, __nv_bfloat16>(a, stream, plan) : launch<F, __half>(a, stream, plan);
   });
 }
 

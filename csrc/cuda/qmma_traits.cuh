@@ -3,7 +3,7 @@
 // fragments; and, for the mid-M kernel, the weight ring and the sub-block step.
 //
 // Why tensor cores even at M = 1: what limits a GEMV over 4-bit weights on a GPU is instruction
-// issue per weight, not FMAs (bench/NOTES.md: the byte-wise decoders of v8 were issue-bound). Here
+// issue per weight, not FMAs (byte-wise decoders measured issue-bound). Here
 // a weight costs about one integer instruction: two codes become one bf16x2 register with a shift
 // and one LOP3 (mask, then OR of the exponent 0x43: the bf16 value 128 + q, exact), and the
 // multiply-add happens in the MMA. The formats' scales are applied per 32-element sub-block in
@@ -78,7 +78,7 @@ constexpr int kWarpRows = 16;  // weight rows per warp: the MMA's M side
 // A warp's 16 weight rows, one stage at a time, copied into a shared-memory slot where the stage's
 // bytes lie row after row (pitch kStageBytes). Lane piece idx = lane + 32 u goes to slot + 16 idx:
 // consecutive lanes copy consecutive 16-byte pieces (coalesced reads, conflict-free shared stores;
-// v10's row-per-lane mapping measured slower), and only the global offsets need registers.
+// a row-per-lane mapping measured slower), and only the global offsets need registers.
 template <class F>
 struct RowRing {
   static constexpr int kStageBlocks = stage_blocks(F::kElems, F::kBytes);
@@ -543,8 +543,8 @@ __device__ __forceinline__ void scale_codes(uint32_t (&r)[4], float2 s) {
 // at sub-block jb, in shared memory. The scales are applied to the codes before the MMA (weights
 // rounded to T once, as the scratch path's decode does), so the MMAs accumulate straight into acc.
 // (The small-M kernel keeps its own loop with fp32 scales after the MMA: exact codes, and its
-// v10 code generation, which a shared version of this step changed - v11: mlx4 at M = 1 24.4-24.9
-// us against v10's 20.0-20.5. Even sharing only the js -> (j, s, block) lines below through a
+// code generation, which a shared version of this step changed: mlx4 at M = 1 24.4-24.9 us
+// against 20.0-20.5. Even sharing only the js -> (j, s, block) lines below through a
 // helper changed mlx4's PTX, so those few lines are repeated there on purpose.)
 // The A fragments (k-step 0 in a0, k-step 1 in a1) of sub-block js of a warp's 16 weight rows in a
 // stage at buf (row pitch sb), with the rows' scales s_g (row g) and s_g8 (row g + 8) applied:
@@ -640,7 +640,7 @@ __device__ __forceinline__ void store_acc(const uqr_gemm_params& p, void* y, int
 // y = the sum of the splits' partial products. kVec: a thread adds 4 consecutive outputs of a row
 // (one 16-byte load a split, one 8-byte store; reduce_splits checks that y allows it), else one.
 // The splits are read 4 at a time, so their loads are in flight together: the kernel waits on L2
-// latency, not bandwidth (v68 ncu: 4 us for 16 x 14336 outputs at one split at a time).
+// latency, not bandwidth (ncu: 4 us for 16 x 14336 outputs at one split at a time).
 template <typename T, bool kVec>
 __global__ void reduce_splits_kernel(const SplitArgs sa) {
   pdl_wait();  // the partial sums of the kernel before
@@ -687,23 +687,33 @@ __global__ void reduce_splits_kernel(const SplitArgs sa) {
 // 4 outputs a thread where N, y's heads, strides and base keep every group of 4 contiguous and
 // 8-byte aligned.
 template <typename T>
-cudaError_t reduce_splits(const SplitArgs& sa, cudaStream_t stream) {
+cudaError_t reduce_splits(const SplitArgs& sa, cudaStream_t stream, bool pdl) {
   const uqr_gemm_params& p = sa.q.p;
   const bool vec = p.N % 4 == 0 && p.y_head_dim % 4 == 0 && p.y_row_stride % 4 == 0 && p.y_batch_stride % 4 == 0 &&
                    p.y_head_stride % 4 == 0 && reinterpret_cast<uintptr_t>(sa.q.y) % 8 == 0;
   const int64_t threads = static_cast<int64_t>(sa.q.rows) * p.N / (vec ? 4 : 1);
   const dim3 grid(static_cast<unsigned>((threads + 255) / 256));
-  return vec ? launch_ex(reduce_splits_kernel<T, true>, grid, dim3(256), 0, stream, sa)
-             : launch_ex(reduce_splits_kernel<T, false>, grid, dim3(256), 0, stream, sa);
+  return vec ? launch_ex(reduce_splits_kernel<T, true>, grid, dim3(256), 0, stream, pdl, sa)
+             : launch_ex(reduce_splits_kernel<T, false>, grid, dim3(256), 0, stream, pdl, sa);
 }
 
 }  // namespace qmma
 
+// The mid-M kernel's part of the launch plan (QmmaPlan): activation rows a column tile (16: the
+// split-K build, 32, 64), K splits (workspace planes), the stream-K grid (0: off) and, for the
+// 16-row build, its 2-CTAs-an-SM (128-register) variant.
+struct SplitPlan {
+  int cols = 16;
+  int splits = 1;
+  int sk_ctas = 0;
+  bool wide_regs = false;
+};
+
 // The mid-M kernel (qmma_mid_m.cu): more than kQmmaMaxRows activation rows, and 9-16 rows with K
-// split over CTAs (mid_m_splits); sa's call already checked by qmma_unsupported.
-cudaError_t qmma_mid_m(const qmma::SplitArgs& sa, bool bf16, cudaStream_t stream);
-// How many ways the mid-M kernel splits K for this call (> 1: it needs the fp32 partials' ws).
-int mid_m_splits(const uqr_gemm_params& p, int rows);
+// split over CTAs; sa's call already checked by qmma_unsupported and mid_m_plan_invalid.
+cudaError_t qmma_mid_m(const qmma::SplitArgs& sa, const SplitPlan& plan, bool bf16, cudaStream_t stream, bool pdl);
+// nullptr when `plan` can be launched by the mid-M kernel for this call, else why not.
+const char* mid_m_plan_invalid(const uqr_gemm_params& p, int rows, const SplitPlan& plan);
 
 }  // namespace cuda
 }  // namespace uqr

@@ -2,8 +2,8 @@
 // as the A operand of wgmma (qmma_traits.cuh's per-format codes, scales applied, rounded to T once
 // as in the mid-M kernel) and the activations are the B operand, read by the tensor cores from
 // shared memory. The MMA is asynchronous, so a warp decodes the next batch of sub-blocks while the
-// previous batch multiplies: what the mid-M mma.sync kernel could not overlap (bench/NOTES.md v11:
-// ~9 issued instructions per MMA at 25 % occupancy). What limits it now (v21 ncu, 128 rows): 2 warps
+// previous batch multiplies: what the mid-M mma.sync kernel could not overlap (~9
+// issued instructions per MMA at 25 % occupancy). What limits it now (ncu, 128 rows): 2 warps
 // per scheduler stalled mostly on the per-batch barrier and on the decode's dependent instructions.
 //
 // CTA = two warpgroups = 128 weight rows (each warp its 16 rows, as the weight ring of the mid-M
@@ -39,8 +39,9 @@ __host__ __device__ constexpr size_t wg_smem_limit(int ctas) { return ctas == 1 
 constexpr int kXChunk = 64;  // x elements per swizzled 128-byte row
 
 // Batches of U sub-blocks: decoded into registers, then their 2 U MMAs in one commit group, the
-// next batch decoded while this one multiplies. 4 a batch at one CTA an SM (v15: batches of 4
-// measured no faster than single sub-blocks, and are what v16-v20 ran), 2 under two CTAs' register cap.
+// next batch decoded while this one multiplies. 4 a batch at one CTA an SM (batches of 4
+// measured no faster than single sub-blocks, and are what the later tunings ran), 2 under two CTAs'
+// register cap.
 __host__ __device__ constexpr int wg_batch(int ctas) { return ctas == 1 ? 4 : 2; }
 
 // Depth of the split rings below: x slots, weight slots, and how many batches ahead x is copied.
@@ -66,11 +67,11 @@ __host__ __device__ constexpr SplitDepth split_depth(int x_bytes, int w_bytes, i
 // Shared memory. Two layouts:
 // - whole stages (two CTAs an SM, and mlx4 g128's four batches a stage): a stage = the x tile as
 //   Ring::kStageElems / 64 chunks of [BM][64] (BM * 128 bytes, 1024-aligned), then the 8 warps'
-//   weight slots; as many stages as fit, up to 4 (v16: at 64-row tiles 3-4 stages against 2, q4_0
+//   weight slots; as many stages as fit, up to 4 (at 64-row tiles 3-4 stages against 2, q4_0
 //   at 64 rows 41.2 -> 39.7 us, mlx4 51.3 -> 38.6);
 // - split rings (kSplit: one CTA an SM, two batches a stage): x in slots of one batch (half a stage)
 //   and the weights in stage slots, so x is copied several batches ahead. With whole stages at
-//   128-row tiles only 2 fit (x alone is 64 KB a stage), and v20's ncu put 18 % of the stall cycles
+//   128-row tiles only 2 fit (x alone is 64 KB a stage), and ncu put 18 % of the stall cycles
 //   at 128 rows on waiting for those copies (long scoreboard: the decode reads only shared memory).
 template <class F, int BM, int CTAS>
 struct WgLayout {
@@ -215,7 +216,7 @@ struct WgDecode {
 // 0-7 of the stage (the low nibbles of qs[32c .. 32c + 31]), 2c + 1 in k-steps 8-15 (the high ones),
 // word t of those 32 bytes in k-step t - and x is permuted to match (wg_perm 2). So a lane needs
 // one (a, b) per row and half stage, not all 8 sub-blocks' (the 4 lanes of a row computed the same
-// ones: v29's 617 instructions a stage against q4_0's 497), and its codes come in 16-byte loads.
+// ones: 617 instructions a stage against q4_0's 497), and its codes come in 16-byte loads.
 // The weights stay w = fma(q, a, b) in T with a = d sc and b = -dmin m rounded from fp32, as
 // Traits<UQR_Q4_K>::WordScales + scale_codes round them.
 template <typename T, int U>
@@ -289,7 +290,7 @@ using WgArgs = SplitArgs;
 
 // CTAS = CTAs meant to share an SM: 2 caps registers at 128 a thread (smaller batches, U = 2) and
 // shared memory at half, so 16 warps hide each other's latency instead of 8. Since the split rings
-// (v21) it only pays where the grid splits K (pick_config, v22).
+// it only pays where the grid splits K (the plan's ctas, dispatch.plan_wgmma).
 template <class F, typename T, int BM, int CTAS>
 __global__ void __launch_bounds__(kWgWarps * 32, CTAS) qmma_wgmma_kernel(const WgArgs wa) {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -313,7 +314,7 @@ __global__ void __launch_bounds__(kWgWarps * 32, CTAS) qmma_wgmma_kernel(const W
   const QmmaArgs& a = wa.q;
   // Aligned by an offset from smem_raw, not by casting through an integer: a pointer rebuilt from an
   // integer loses the shared address space, and every weight read became a generic 64-bit LD
-  // instead of LDS (SASS of v19's build).
+  // instead of LDS (SASS).
   unsigned char* smem = smem_raw + ((1024u - (static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw)) & 1023u)) & 1023u);
   const uqr_gemm_params& p = a.p;
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
@@ -329,7 +330,7 @@ __global__ void __launch_bounds__(kWgWarps * 32, CTAS) qmma_wgmma_kernel(const W
   const int piece = tid % kRowPieces, prow = tid / kRowPieces;
   const T* xsrc[kXCopies];
   uint32_t xdst[kXCopies];
-  // Rows of the tile past the last activation row are zero-filled, not read: v22 measured 192 rows
+  // Rows of the tile past the last activation row are zero-filled, not read: measured 192 rows
   // (a half-empty second tile) slower than 256 (q4_0 95.2 vs 81.9 us) when those rows all re-read
   // the last row, one address for 64 rows' copies.
   uint32_t xvalid = 0;
@@ -443,7 +444,7 @@ __global__ void __launch_bounds__(kWgWarps * 32, CTAS) qmma_wgmma_kernel(const W
   wg::fence_operands(acc);
 
   // acc[4 t + q]: weight row g (+8 for q >= 2) of this warp, activation row col0 + 8 t + 2c + (q & 1).
-  // The epilogue runs once per warp with its code cold in the instruction cache (v20 ncu, 128 rows:
+  // The epilogue runs once per warp with its code cold in the instruction cache (ncu, 128 rows:
   // 2.4 of 9.7 stall cycles an instruction waited on instruction fetch; the per-value store_acc
   // unrolled to ~6k instructions), so it is kept short: the two weight rows' column offsets once,
   // each activation row's (batch, row) stepped from the previous one instead of divided.
@@ -486,41 +487,18 @@ __global__ void __launch_bounds__(kWgWarps * 32, CTAS) qmma_wgmma_kernel(const W
 #endif
 }
 
-// The launch configuration: column tile BM (64 for few rows - less padding - and where 128 does not
-// fit, mlx4 g128's stage) and CTAs per SM. UQR_WGMMA_BM / UQR_WGMMA_CTAS override them for A/B
-// runs on the H200 (bench/h200_v18.sh).
-struct WgConfig {
-  int bm, ctas;
-};
-
-template <class F>
-WgConfig pick_config(int rows, int N) {
-  static const int forced_bm = env_int("UQR_WGMMA_BM"), forced_ctas = env_int("UQR_WGMMA_CTAS");
-  // Above 64 rows one CTA with 128-row tiles (v18, 128 rows: exl3 75.0 vs 90.4 us at two CTAs of
-  // 64). Up to 64 rows, 64-row tiles, and two CTAs an SM (whole stages, registers capped at 128)
-  // only where the grid splits K (fewer than half an SM's worth of 128-row tiles: N = 4096): v22,
-  // one CTA (split rings) against two at 32-64 rows, us: 14336 x 4096 q4_0 35.9-31.5 vs 37.6-36.3,
-  // exl3 48.6-47.3 vs 49.8-51.4; 4096 x 14336 q4_0 32.9-33.0 vs 31.6-30.6, exl3 44.7-46.0 vs
-  // 42.5-43.1.
-  WgConfig c{rows > 64 && wg_fits<F, 128>() ? 128 : 64, 1};
-  if (forced_bm == 64 || (forced_bm == 128 && wg_fits<F, 128>())) c.bm = forced_bm;
-  const bool splits_k = 2 * ((N + kWgWarps * kWarpRows - 1) / (kWgWarps * kWarpRows)) <= sm_count();
-  if (c.bm == 64 && wg_fits<F, 64, 2>() && (forced_ctas == 2 || (forced_ctas == 0 && rows <= 64 && splits_k)))
-    c.ctas = 2;
-  return c;
-}
-
-// Splits over K: while the (row, column) tiles leave most CTA slots idle (N = 4096: 32 row tiles),
-// split so the grid fills one wave, keeping >= 4 stages per split for the pipeline.
-inline int pick_splits(int tiles, int n_stages, int ctas_per_sm) {
-  const int slots = sm_count() * ctas_per_sm;
-  int splits = 1;
-  while (tiles * splits * 2 <= slots && n_stages / (splits * 2) >= 4) splits *= 2;
-  return splits;
-}
+// The launch plan (dispatch.py, plan_wgmma) picks the column tile BM (64 for few rows - less
+// padding - and where 128 does not fit, mlx4 g128's stage), the CTAs an SM and the K splits:
+// - above 64 rows one CTA with 128-row tiles (128 rows: exl3 75.0 vs 90.4 us at two CTAs of 64);
+// - up to 64 rows, 64-row tiles, and two CTAs an SM (whole stages, registers capped at 128) only
+//   where the grid splits K (fewer than half an SM's worth of 128-row tiles: N = 4096); one CTA
+//   (split rings) against two at 32-64 rows, us: 14336 x 4096 q4_0 35.9-31.5 vs 37.6-36.3, exl3
+//   48.6-47.3 vs 49.8-51.4; 4096 x 14336 q4_0 32.9-33.0 vs 31.6-30.6, exl3 44.7-46.0 vs 42.5-43.1;
+// - splits over K while the (row, column) tiles leave most CTA slots idle (N = 4096: 32 row tiles),
+//   so the grid fills one wave, keeping >= 4 stages per split for the pipeline.
 
 template <class F, typename T, int BM, int CTAS>
-cudaError_t launch_wgmma(const WgArgs& wa, cudaStream_t stream) {
+cudaError_t launch_wgmma(const WgArgs& wa, cudaStream_t stream, bool pdl) {
   if constexpr (!wg_fits<F, BM, CTAS>()) {
     return cudaErrorInvalidValue;
   } else {
@@ -529,10 +507,10 @@ cudaError_t launch_wgmma(const WgArgs& wa, cudaStream_t stream) {
                                                          cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
     if (attr != cudaSuccess) return attr;
     const dim3 grid((wa.q.p.N + kWgWarps * kWarpRows - 1) / (kWgWarps * kWarpRows), (wa.q.rows + BM - 1) / BM, wa.splits);
-    if (const cudaError_t e = launch_ex(qmma_wgmma_kernel<F, T, BM, CTAS>, grid, dim3(kWgWarps * 32), smem, stream, wa);
+    if (const cudaError_t e = launch_ex(qmma_wgmma_kernel<F, T, BM, CTAS>, grid, dim3(kWgWarps * 32), smem, stream, pdl, wa);
         e != cudaSuccess || wa.splits == 1)
       return e;
-    return reduce_splits<T>(wa, stream);
+    return reduce_splits<T>(wa, stream, pdl);
   }
 }
 
@@ -554,58 +532,57 @@ bool wgmma_compiled() {
 }
 
 template <class F, typename T>
-cudaError_t run_wgmma(WgArgs wa, T* xp, cudaStream_t stream) {
+cudaError_t run_wgmma(WgArgs wa, T* xp, cudaStream_t stream, const WgmmaPlan& plan) {
   if (!wgmma_compiled<F, T>()) return cudaErrorNoKernelImageForDevice;
   QmmaArgs& a = wa.q;
   const int64_t threads = static_cast<int64_t>(a.rows) * (a.p.K / 32);
   if (const cudaError_t e = launch_ex(permute_x_kernel<T, wg_perm<F>()>, dim3(static_cast<unsigned>((threads + 255) / 256)),
-                                     dim3(256), 0, stream, a, xp);
+                                     dim3(256), 0, stream, plan.pdl, a, xp);
       e != cudaSuccess)
     return e;
   // The kernel reads the permuted copy: contiguous rows of K, no heads, batch folded into rows.
   a.x = xp;
-  const WgConfig c = pick_config<F>(a.rows, a.p.N);
-  if (c.bm == 128) return launch_wgmma<F, T, 128, 1>(wa, stream);
-  return c.ctas == 2 ? launch_wgmma<F, T, 64, 2>(wa, stream) : launch_wgmma<F, T, 64, 1>(wa, stream);
-}
-
-template <class F>
-int splits_for(const uqr_gemm_params& p, int rows) {
-  const WgConfig c = pick_config<F>(rows, p.N);
-  const int tiles = (p.N + kWgWarps * kWarpRows - 1) / (kWgWarps * kWarpRows) * ((rows + c.bm - 1) / c.bm);
-  return pick_splits(tiles, p.K / RowRing<F>::kStageElems, c.ctas);
+  if (plan.bm == 128) return launch_wgmma<F, T, 128, 1>(wa, stream, plan.pdl);
+  return plan.ctas == 2 ? launch_wgmma<F, T, 64, 2>(wa, stream, plan.pdl) : launch_wgmma<F, T, 64, 1>(wa, stream, plan.pdl);
 }
 
 }  // namespace
 
 const char* wgmma_unsupported(const uqr_gemm_params& p, int rows, bool half_x, uintptr_t x_addr, uintptr_t w_addr,
                               int64_t w_row_stride) {
-  if (const char* why = qmma_unsupported(p, rows, half_x, x_addr, w_addr, w_row_stride)) return why;
+  if (const char* why = qmma_unsupported(p, rows, half_x, x_addr, w_addr, w_row_stride, true)) return why;
   if (p.K % 64) return "K must be a multiple of 64";
   return nullptr;
 }
 
-int wgmma_splits(const uqr_gemm_params& p, int rows) {
-  int splits = 1;
+const char* wgmma_plan_invalid(const uqr_gemm_params& p, const WgmmaPlan& plan) {
+  if (plan.splits < 1) return "splits must be >= 1";
+  const char* why = nullptr;
   with_format(p, [&](auto f) {
-    splits = splits_for<decltype(f)>(p, rows);
+    using F = decltype(f);
+    if (plan.splits > p.K / RowRing<F>::kStageElems) why = "splits must be at most K's stages";
+    else if (plan.bm == 128 && plan.ctas == 1) why = wg_fits<F, 128>() ? nullptr : "BM = 128 does not fit this format's stage";
+    else if (plan.bm == 64 && plan.ctas == 1) why = wg_fits<F, 64>() ? nullptr : "BM = 64 does not fit this format's stage";
+    else if (plan.bm == 64 && plan.ctas == 2) why = wg_fits<F, 64, 2>() ? nullptr : "two CTAs an SM do not fit this format's stage";
+    else why = "BM / CTAs must be 128 / 1, 64 / 1 or 64 / 2";
     return cudaSuccess;
   });
-  return splits;
+  return why;
 }
 
-cudaError_t qmma_wgmma(const void* x, void* x_scratch, int splits, float* split_ws, const uint8_t* w,
-                       int64_t w_row_stride, void* y, const uqr_gemm_params& p, bool bf16, cudaStream_t stream) {
+cudaError_t qmma_wgmma(const void* x, void* x_scratch, float* split_ws, const uint8_t* w, int64_t w_row_stride,
+                       void* y, const uqr_gemm_params& p, bool bf16, cudaStream_t stream, const WgmmaPlan& plan) {
   const int rows = p.batch * p.M;
-  if (wgmma_unsupported(p, rows, true, reinterpret_cast<uintptr_t>(x), reinterpret_cast<uintptr_t>(w), w_row_stride))
+  if (wgmma_unsupported(p, rows, true, reinterpret_cast<uintptr_t>(x), reinterpret_cast<uintptr_t>(w), w_row_stride) ||
+      wgmma_plan_invalid(p, plan))
     return cudaErrorInvalidValue;
+  if (plan.splits > 1 && split_ws == nullptr) return cudaErrorInvalidValue;
   const QmmaArgs a{p, x, y, w, w_row_stride, rows};
   return with_format(a.p, [&](auto f) {
     using F = decltype(f);
-    const WgArgs wa{a, split_ws, splits};
-    if (splits < 1 || (splits > 1 && split_ws == nullptr)) return cudaErrorInvalidValue;
-    return bf16 ? run_wgmma<F, __nv_bfloat16>(wa, static_cast<__nv_bfloat16*>(x_scratch), stream)
-                : run_wgmma<F, __half>(wa, static_cast<__half*>(x_scratch), stream);
+    const WgArgs wa{a, split_ws, plan.splits};
+    return bf16 ? run_wgmma<F, __nv_bfloat16>(wa, static_cast<__nv_bfloat16*>(x_scratch), stream, plan)
+                : run_wgmma<F, __half>(wa, static_cast<__half*>(x_scratch), stream, plan);
   });
 }
 

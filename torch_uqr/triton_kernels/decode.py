@@ -12,7 +12,7 @@ k, so the kernels load x at the same ``kl`` and never shuffle the weights back.
 
 Why storage order: the bytes must be loaded contiguously along the tile's fastest dim, or Triton
 lays the tile out with lanes across rows and every warp load touches 32 rows (measured: 7x slower
-for q4_0, bench/NOTES.md v1). So nibble formats load [.., 16] bytes per sub-block and tl.join the
+for q4_0). So nibble formats load [.., 16] bytes per sub-block and tl.join the
 low and high nibbles; bitstream formats load the sub-block's bytes contiguously and pick each
 code's bytes with tl.gather (a register shuffle). Per-block fields (scales, mins) are loaded on
 [BN, NS, 1] shapes and broadcast.
@@ -202,7 +202,7 @@ def _decode_exl3(w_ptr, row_off, n_ok, s0, n_sub, BN: tl.constexpr, NS: tl.const
     raw = _u8(blk + 48 + 12 * j + t, ok & (t < 12))
     k = _gather_bits(raw, 3 * t, 3)
     # The 16 codebook bytes are loaded once per sub-block and looked up by register shuffle, not
-    # by two 1-byte global loads per weight (bench v4: exl3 was 10x slower than q4_0 at M = 1).
+    # by two 1-byte global loads per weight (measured: exl3 was 10x slower than q4_0 at M = 1).
     cb = _i8(blk + 20 + tl.arange(0, 16)[None, None, :], ok)
     p = tl.gather(cb, k, axis=2).to(tl.float32)
     r = tl.gather(cb, k + 8, axis=2).to(tl.float32)

@@ -15,7 +15,7 @@ import triton.language as tl
 from .decode import decode_tile
 from .formats_meta import FORMAT_CODES, block_geometry
 
-DEQUANT_BN = 8    # weight rows per program (sweep v3: 8 x 512 columns beat 16 x 256 by 7-17%)
+DEQUANT_BN = 8    # weight rows per program (swept: 8 x 512 columns beat 16 x 256 by 7-17%)
 DEQUANT_NS = 16   # 32-element sub-blocks per program
 DEQUANT_WARPS = 4
 

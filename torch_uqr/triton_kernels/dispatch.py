@@ -1,4 +1,5 @@
-"""``gemm_cuda``: the CUDA implementation of ``uqr::gemm``, choosing a Triton kernel by M and path.
+"""``gemm_cuda``: the CUDA implementation of ``uqr::gemm`` and its router, ``gemm_cuda_route``,
+which picks the kernel by M and path and, for the CUDA C++ kernels, their whole launch plan.
 
     path "vec"  -> ternary_vec.py (ternary only)
     path "mma"  -> gemm.py, or for large M a decode into a scratch matrix + cuBLAS (the CUDA C++
@@ -17,17 +18,24 @@
                    (op uqr::_int8_cuda) for bf16/fp16 x, up to configs.INT8_AUTO_MAX_ROWS rows
                    (where it measured faster) and the shapes the small-M kernel takes
                    (int8_fits); every other call runs as "auto"
-The thresholds live in configs.py and come from the H200 benchmark. ``kernel`` forces one kernel
-(tests, bench); a forced "qmma", "wgmma" or "int8" that does not take the call raises.
+
+The CUDA C++ ops take their launch plan as arguments (plan_qmma, plan_wgmma, plan_int8: kernel,
+tile, K splits, stream-K, register build, warps, dependent launch, int8 variant), decided here from
+configs.py's tables, the device's properties and the tuning overrides of tuning.py; the C++ side
+reads no environment and only checks that a plan can run. The thresholds come from the H200 and
+H100 benchmarks. ``kernel`` forces one kernel (tests, bench); a forced "qmma", "wgmma" or "int8"
+that does not take the call raises.
 """
 from __future__ import annotations
 
 import functools
+from dataclasses import dataclass
+from typing import Callable, Optional, Sequence
 
 import torch
 
 from ..ops import INT8_FORMATS  # defined before ops imports register.py (and so this module)
-from . import configs
+from . import configs, tuning
 from .configs import GemmConfig, VecConfig
 from .dequant import dequantize_cuda, dequantize_triton
 from .formats_meta import FORMAT_CODES, block_geometry
@@ -90,8 +98,7 @@ def qmma_fits(x: torch.Tensor, w: torch.Tensor, fmt: str, K: int, group_size: in
 
     They need bf16/fp16 x, 1..QMMA_KERNEL_MAX_ROWS rows, K (and a head-strided x's head dim) a
     multiple of their 256/512-element stage, 16-byte aligned weight rows, and x readable 8 bytes at
-    a time (16 from QMMA_STAGED_X_MIN_ROWS rows on, where the mid-M kernel copies x in 16-byte
-    pieces).
+    a time (16 where the mid-M kernel takes the rows, qmma_takes_mid: it copies x in 16-byte pieces).
     Whether ``auto`` takes them is a separate, measured limit (configs.QMMA_MAX_ROWS).
     """
     if fmt not in configs.QMMA_FORMATS or x.dtype not in (torch.bfloat16, torch.float16):
@@ -104,7 +111,7 @@ def qmma_fits(x: torch.Tensor, w: torch.Tensor, fmt: str, K: int, group_size: in
         n *= 2
     if K % (n * elems) or w.data_ptr() % 16 or w.stride(0) % 16:
         return False
-    if not x.is_contiguous() or x.data_ptr() % (16 if rows >= configs.QMMA_STAGED_X_MIN_ROWS else 8):
+    if not x.is_contiguous() or x.data_ptr() % (16 if qmma_takes_mid(rows) else 8):
         return False
     return not in_heads or x.shape[-1] % (n * elems) == 0  # a stage must not straddle x heads
 
@@ -138,7 +145,7 @@ def _int8_forced(x: torch.Tensor, w: torch.Tensor, fmt: str, N: int, K: int, gro
                          f"got fmt {fmt!r}, x {x.dtype} {list(x.shape)}, {rows} rows, K={K}")
     if not int8_available():
         raise RuntimeError("kernel: 'int8' needs torch_uqr._C built with the CUDA kernels (no uqr::_int8_cuda)")
-    return torch.ops.uqr._int8_cuda(x, w, fmt, N, K, group_size, out_heads, in_heads)
+    return run_int8(x, w, fmt, N, K, group_size, out_heads, in_heads)
 
 
 def qmma_auto(fmt: str, rows: int, N: int, wgmma: bool = False) -> bool:
@@ -193,6 +200,279 @@ def scratch_auto(fmt: str, rows: int, x_dtype: torch.dtype, bmm_per_batch: bool 
     return rows >= configs.SCRATCH_AUTO_MIN_M
 
 
+# ---------------------------------------------------------------------------------------------
+# The launch plan of the CUDA C++ kernels. Every choice the C++ launchers make is decided here,
+# from configs.py's rules, the tuning overrides (tuning.py) and the device's properties (SM count,
+# compute capability, and the kernels' residency from uqr::_cuda_residency), and passed to the ops
+# as arguments (csrc/cuda/qmma_small_m.h: QmmaPlan, WgmmaPlan; qmma_int8.h: Int8Plan). The plan_*
+# functions are pure: the device properties come in as arguments, so CPU tests can check them.
+
+MID_TILE_ROWS = 128  # weight rows of a mid-M / wgmma CTA (8 warps x 16; kSkTileRows, kWgWarps * 16)
+SMALL_TILE_ROWS = 16  # weight rows of a small-M / int8 CTA (kWarpRows)
+KSPLIT_WARPS = (1, 2, 4, 8)  # K-splitting warps a small-M / int8 CTA can have (ksplit::kMaxWarps = 8)
+# Builds of the Hopper kernel whose stages do not fit shared memory (wg_fits in qmma_wgmma.cu; the
+# op refuses such a plan): (fmt, group size) at 128-row tiles, and at two CTAs an SM of 64 rows.
+WGMMA_NO_BM128 = frozenset({("mlx4", 128)})
+WGMMA_NO_TWO_CTAS = frozenset({("mlx4", 128), ("q8_0", 0)})
+# int8 kernel variants (Int8Variant in qmma_int8.h).
+INT8_TILES, INT8_XRING, INT8_XPIPE, INT8_COLS = 0, 1, 2, 3
+
+
+def stage_elems(fmt: str, group_size: int = 0) -> int:
+    """K elements of one ring stage of the tensor-core kernels (stage_blocks in qmma_traits.cuh): the
+    fewest whole blocks spanning >= 256 elements whose bytes are a multiple of 16."""
+    elems, nbytes = block_geometry(fmt, group_size)
+    n = 1 if elems >= 256 else 256 // elems
+    while (n * nbytes) % 16:
+        n *= 2
+    return n * elems
+
+
+def qmma_takes_mid(rows: int, tune: Optional[tuning.Tuning] = None) -> bool:
+    """Whether uqr::_qmma_cuda runs the mid-M kernel for ``rows`` activation rows: above the small-M
+    kernel's QMMA_SMALL_MAX_ROWS, and from QMMA_STAGED_X_MIN_ROWS on with K split over CTAs unless
+    the tuning turns that off (split16=False)."""
+    tune = tune or tuning.current()
+    return rows > configs.QMMA_SMALL_MAX_ROWS or (tune.split16 is not False and rows >= configs.QMMA_STAGED_X_MIN_ROWS)
+
+
+def pick_warps(per_sm: Sequence[int], n_stages: int, grid: int, sms: int) -> int:
+    """K-splitting warps of a small-M / int8 CTA: as many as keep the whole grid resident in one
+    wave (a second, mostly empty wave cost ~2x), with >= 2 stages per warp so the ring has something
+    to overlap. ``per_sm``: resident CTAs an SM at 1, 2, 4 and 8 warps."""
+    warps = 1
+    for i in (3, 2, 1, 0):
+        wk = KSPLIT_WARPS[i]
+        if wk > 1 and n_stages < 2 * wk:
+            continue
+        warps = wk
+        if per_sm[i] * sms >= grid:
+            break
+    return warps
+
+
+def mid_cols(rows: int, N: int, sms: int) -> int:
+    """The mid-M kernel's column tile (activation rows): 16 at 9-16 rows (the split-K build); else 64
+    (x read N / 128 times), or 32 where 64 would leave SMs idle (small N) or be mostly padding."""
+    if rows <= configs.QMMA_SMALL_MAX_ROWS:
+        return 16
+    if rows <= 32:
+        return 32
+    return 64 if -(-N // MID_TILE_ROWS) * -(-rows // 64) >= sms else 32
+
+
+def plain_splits(N: int, n_stages: int, sms: int, fit: int) -> int:
+    """K split in equal power-of-two ways at 9-16 rows: the most that keep the grid within one wave
+    of the ``fit`` CTAs an SM holds, with >= 2 stages a split."""
+    tiles = -(-N // MID_TILE_ROWS)
+    splits = 1
+    while tiles * splits * 2 <= sms * fit and n_stages // (splits * 2) >= 2:
+        splits *= 2
+    return splits
+
+
+def streamk_ctas(N: int, n_stages: int, rows: int, sms: int, fit: int, tune: tuning.Tuning) -> int:
+    """The stream-K grid at 9-16 rows, 0 for off (configs.STREAMK_*). It needs more CTAs than row
+    tiles (a range then spans at most two tiles) and >= 2 stages a CTA; forced splits turn it off."""
+    if rows > configs.QMMA_SMALL_MAX_ROWS or tune.streamk is False or tune.split16_splits:
+        return 0
+    tiles = -(-N // MID_TILE_ROWS)
+    units = tiles * n_stages
+    slots = sms * (tune.streamk_per_sm or configs.STREAMK_PER_SM)
+    empty = configs.STREAMK_MAX_EMPTY_PERCENT
+    if (tune.streamk is None and not tune.streamk_ctas and not tune.streamk_per_sm
+            and tiles * plain_splits(N, n_stages, sms, fit) * 100 >= slots * (100 - empty)):
+        return 0
+    ctas = min(tune.streamk_ctas or slots, units // 2)
+    return ctas if ctas > tiles else 0
+
+
+@dataclass(frozen=True)
+class QmmaPlan:
+    """uqr::_qmma_cuda's launch plan (QmmaPlan in csrc/cuda/qmma_small_m.h, fields in op order)."""
+    mid: bool
+    warps: int = 1
+    mid_cols: int = 16
+    splits: int = 1
+    streamk_ctas: int = 0
+    wide_regs: bool = False
+    smem_cap: bool = True
+    pdl: bool = False
+
+    def args(self) -> tuple:
+        return (self.mid, self.warps, self.mid_cols, self.splits, self.streamk_ctas, self.wide_regs,
+                self.smem_cap, self.pdl)
+
+
+@dataclass(frozen=True)
+class WgmmaPlan:
+    """uqr::_wgmma_cuda's launch plan (WgmmaPlan in qmma_small_m.h)."""
+    bm: int
+    ctas: int
+    splits: int
+    pdl: bool = False
+
+    def args(self) -> tuple:
+        return (self.bm, self.ctas, self.splits, self.pdl)
+
+
+@dataclass(frozen=True)
+class Int8Plan:
+    """uqr::_int8_cuda's launch plan (Int8Plan in qmma_int8.h)."""
+    variant: int
+    warps: int
+    smem_cap: bool = True
+    pdl: bool = False
+
+    def args(self) -> tuple:
+        return (self.variant, self.warps, self.smem_cap, self.pdl)
+
+
+# residency(kernel, rows, variant) -> resident CTAs an SM: uqr::_cuda_residency for one format,
+# x dtype and device ("small_m" / "int8": at 1, 2, 4, 8 warps; "mid_split": one count).
+Residency = Callable[[str, int, int], Sequence[int]]
+
+
+def plan_qmma(fmt: str, group_size: int, N: int, K: int, rows: int, *, sms: int, residency: Residency,
+              pdl: bool, tune: Optional[tuning.Tuning] = None) -> QmmaPlan:
+    """The tensor-core kernels' plan for ``rows`` activation rows of an N x K weight. ``pdl``: the
+    device launches programmatic dependents (sm_90); the tuning may turn that off."""
+    tune = tune or tuning.current()
+    pdl = pdl and tune.pdl is not False
+    smem_cap = tune.smem_cap is not False
+    n_stages = K // stage_elems(fmt, group_size)
+    if not qmma_takes_mid(rows, tune):
+        warps = pick_warps(residency("small_m", rows, 0), n_stages, -(-N // SMALL_TILE_ROWS), sms)
+        return QmmaPlan(mid=False, warps=warps, smem_cap=smem_cap, pdl=pdl)
+    cols = mid_cols(rows, N, sms)
+    if rows > configs.QMMA_SMALL_MAX_ROWS:
+        return QmmaPlan(mid=True, mid_cols=cols, smem_cap=smem_cap, pdl=pdl)
+    if tune.split16_splits:
+        return QmmaPlan(mid=True, mid_cols=cols, splits=min(tune.split16_splits, n_stages), smem_cap=smem_cap, pdl=pdl)
+    fit = residency("mid_split", rows, 0)[0]
+    ctas = streamk_ctas(N, n_stages, rows, sms, fit, tune)
+    if ctas == 0:
+        return QmmaPlan(mid=True, mid_cols=cols, splits=plain_splits(N, n_stages, sms, fit), smem_cap=smem_cap, pdl=pdl)
+    # Workspace planes: a tile's n_stages meet at most (n_stages - 1) // L + 2 ranges of >= L stages.
+    planes = (n_stages - 1) // (-(-N // MID_TILE_ROWS) * n_stages // ctas) + 2
+    wide = tune.streamk_wide_regs if tune.streamk_wide_regs is not None else fmt in configs.STREAMK_WIDE_REGS_FORMATS
+    return QmmaPlan(mid=True, mid_cols=cols, splits=planes, streamk_ctas=ctas, wide_regs=wide, smem_cap=smem_cap,
+                    pdl=pdl)
+
+
+def plan_wgmma(fmt: str, group_size: int, N: int, K: int, rows: int, *, sms: int, pdl: bool,
+               tune: Optional[tuning.Tuning] = None) -> WgmmaPlan:
+    """The Hopper kernel's plan (configs.WGMMA_BM64_MAX_ROWS; qmma_wgmma.cu says why): column tile,
+    CTAs an SM, and K splits while the tiles leave most CTA slots idle (N = 4096: 32 row tiles), so
+    the grid fills one wave, keeping >= 4 stages per split for the pipeline."""
+    tune = tune or tuning.current()
+    key = (fmt, group_size if fmt == "mlx4" else 0)
+    fits128 = key not in WGMMA_NO_BM128
+    bm = 128 if rows > configs.WGMMA_BM64_MAX_ROWS and fits128 else 64
+    if tune.wgmma_bm == 64 or (tune.wgmma_bm == 128 and fits128):
+        bm = tune.wgmma_bm
+    row_tiles = -(-N // MID_TILE_ROWS)
+    ctas = 1
+    if bm == 64 and key not in WGMMA_NO_TWO_CTAS and (
+            tune.wgmma_ctas == 2
+            or (tune.wgmma_ctas is None and rows <= configs.WGMMA_BM64_MAX_ROWS and 2 * row_tiles <= sms)):
+        ctas = 2
+    tiles = row_tiles * -(-rows // bm)
+    n_stages = K // stage_elems(fmt, group_size)
+    splits = 1
+    while tiles * splits * 2 <= sms * ctas and n_stages // (splits * 2) >= 4:
+        splits *= 2
+    return WgmmaPlan(bm=bm, ctas=ctas, splits=splits, pdl=pdl and tune.pdl is not False)
+
+
+def plan_int8(fmt: str, group_size: int, N: int, K: int, rows: int, *, sms: int, residency: Residency,
+              pdl: bool, tune: Optional[tuning.Tuning] = None) -> Int8Plan:
+    """The int8 kernel's plan: one row of mlx4 / ternary / var_affine / exl3 in block columns (their
+    only kernel), of q4_0 / q4_k too unless int8_cols=False, then x staged through the ring where
+    the grid has few CTAs an SM (configs.INT8_XRING_CTAS_PER_SM), else x a stage ahead in registers;
+    more rows in tiles of 8 or 16 columns. Warps as the small-M kernel's (pick_warps)."""
+    tune = tune or tuning.current()
+    grid = -(-N // SMALL_TILE_ROWS)
+    variant = INT8_TILES
+    if rows == 1:
+        if fmt == "mlx4" or fmt in ONE_ROW_INT8 or tune.int8_cols is not False:
+            variant = INT8_COLS
+        elif tune.int8_xring if tune.int8_xring is not None else grid < configs.INT8_XRING_CTAS_PER_SM * sms:
+            variant = INT8_XRING
+        elif tune.int8_xpipe is not False:
+            variant = INT8_XPIPE
+    warps = pick_warps(residency("int8", rows, variant), K // stage_elems(fmt, group_size), grid, sms)
+    return Int8Plan(variant=variant, warps=warps, smem_cap=tune.smem_cap is not False,
+                    pdl=pdl and tune.pdl is not False)
+
+
+def _device_index(device: torch.device) -> int:
+    return device.index if device.index is not None else torch.cuda.current_device()
+
+
+@functools.lru_cache(maxsize=None)
+def _pdl_device(device_index: int) -> bool:
+    """Whether the device launches programmatic dependents (sm_90 and later)."""
+    return torch.cuda.get_device_capability(device_index)[0] >= 9
+
+
+@functools.lru_cache(maxsize=None)
+def _residency(device_index: int, fmt: str, group_size: int, bf16: bool, kernel: str, rows: int,
+               variant: int) -> tuple[int, ...]:
+    return tuple(torch.ops.uqr._cuda_residency(kernel, fmt, group_size, bf16, rows, variant,
+                                               torch.device("cuda", device_index)))
+
+
+def _residency_of(device_index: int, fmt: str, group_size: int, bf16: bool) -> Residency:
+    # Rows only select the build (1-8 / 9-16 rows; int8: one row, 2-8, 9-16): cache by build.
+    def get(kernel: str, rows: int, variant: int) -> Sequence[int]:
+        build_rows = 1 if rows == 1 and kernel == "int8" else (2 if rows <= 8 else 9)
+        return _residency(device_index, fmt, group_size, bf16, kernel, build_rows, variant)
+    return get
+
+
+@functools.lru_cache(maxsize=4096)
+def _cached_plan(kind: str, device_index: int, fmt: str, group_size: int, N: int, K: int, rows: int, bf16: bool,
+                 tune: tuning.Tuning):
+    sms = _sm_count(torch.device("cuda", device_index))
+    pdl = _pdl_device(device_index)
+    if kind == "wgmma":
+        return plan_wgmma(fmt, group_size, N, K, rows, sms=sms, pdl=pdl, tune=tune)
+    residency = _residency_of(device_index, fmt, group_size, bf16)
+    plan = plan_int8 if kind == "int8" else plan_qmma
+    return plan(fmt, group_size, N, K, rows, sms=sms, residency=residency, pdl=pdl, tune=tune)
+
+
+def launch_plan(kind: str, x: torch.Tensor, fmt: str, N: int, K: int, group_size: int = 0):
+    """The plan (QmmaPlan, WgmmaPlan or Int8Plan for ``kind`` "qmma", "wgmma", "int8") of a call
+    with activations ``x`` on their CUDA device, under the tuning in force; cached per device,
+    shape and tuning."""
+    rows = x.numel() // K
+    return _cached_plan(kind, _device_index(x.device), fmt, group_size if fmt == "mlx4" else 0, N, K, rows,
+                        x.dtype == torch.bfloat16, tuning.current())
+
+
+def run_qmma(x: torch.Tensor, w: torch.Tensor, fmt: str, N: int, K: int, group_size: int = 0, out_heads: int = 0,
+             in_heads: bool = False, plan: Optional[QmmaPlan] = None) -> torch.Tensor:
+    """uqr::_qmma_cuda with ``plan`` (default: launch_plan's)."""
+    plan = plan or launch_plan("qmma", x, fmt, N, K, group_size)
+    return torch.ops.uqr._qmma_cuda(x, w, fmt, N, K, group_size, out_heads, in_heads, *plan.args())
+
+
+def run_wgmma(x: torch.Tensor, w: torch.Tensor, fmt: str, N: int, K: int, group_size: int = 0, out_heads: int = 0,
+              in_heads: bool = False, plan: Optional[WgmmaPlan] = None) -> torch.Tensor:
+    """uqr::_wgmma_cuda with ``plan`` (default: launch_plan's)."""
+    plan = plan or launch_plan("wgmma", x, fmt, N, K, group_size)
+    return torch.ops.uqr._wgmma_cuda(x, w, fmt, N, K, group_size, out_heads, in_heads, *plan.args())
+
+
+def run_int8(x: torch.Tensor, w: torch.Tensor, fmt: str, N: int, K: int, group_size: int = 0, out_heads: int = 0,
+             in_heads: bool = False, plan: Optional[Int8Plan] = None) -> torch.Tensor:
+    """uqr::_int8_cuda with ``plan`` (default: launch_plan's)."""
+    plan = plan or launch_plan("int8", x, fmt, N, K, group_size)
+    return torch.ops.uqr._int8_cuda(x, w, fmt, N, K, group_size, out_heads, in_heads, *plan.args())
+
+
 def _check_weight(w: torch.Tensor, x: torch.Tensor, fmt: str, N: int, K: int, group_size: int) -> None:
     if fmt not in FORMAT_CODES:
         raise ValueError(f"fmt: expected one of {sorted(FORMAT_CODES)}, got {fmt!r}")
@@ -234,14 +514,15 @@ def _scratch_matmul(lay: GemmLayout, w: torch.Tensor, fmt: str, N: int, K: int, 
         y_view = lay.y.view(-1, H, lay.M, D)
         for b in range(x.shape[0]):
             torch.bmm(x[b].expand(H, lay.M, K), w_heads, out=y_view[b])
-    else:  # cuBLAS writes y in place (a copy of y costs ~10% at M = 4096: NOTES v2)
+    else:  # cuBLAS writes y in place (a copy of y costs ~10% at M = 4096)
         torch.matmul(x, wd.t(), out=lay.y.view(-1, lay.M, N))
 
 
-def gemm_triton(x: torch.Tensor, w: torch.Tensor, fmt: str, N: int, K: int, group_size: int = 0,
+def gemm_cuda_route(x: torch.Tensor, w: torch.Tensor, fmt: str, N: int, K: int, group_size: int = 0,
                 out_heads: int = 0, in_heads: bool = False, path: str = "auto", kernel: str = "auto",
                 config: GemmConfig | VecConfig | None = None) -> torch.Tensor:
-    """y = x W^T with W packed in ``fmt``; ``kernel``/``config`` override the choice (tests, bench)."""
+    """y = x W^T with W packed in ``fmt`` on CUDA: the Triton kernels or the CUDA C++ ones, chosen by
+    M and path; ``kernel``/``config`` override the choice (tests, bench)."""
     if path not in PATHS:
         raise ValueError(f"path: expected one of {PATHS}, got {path!r}")
     if kernel not in KERNELS:
@@ -259,19 +540,19 @@ def gemm_triton(x: torch.Tensor, w: torch.Tensor, fmt: str, N: int, K: int, grou
     if path == "int8":
         if (kernel == "auto" and rows <= configs.INT8_AUTO_MAX_ROWS[fmt] and int8_available()
                 and int8_fits(x, w, fmt, K, group_size, in_heads, rows)):
-            return torch.ops.uqr._int8_cuda(x, w, fmt, N, K, group_size, out_heads, in_heads)
+            return run_int8(x, w, fmt, N, K, group_size, out_heads, in_heads)
         path = "auto"  # int8 is an opt-in speed-up, not a contract: calls it would not speed up run exact
     on_hopper = x.is_cuda and wgmma_available(x.device.index if x.device.index is not None else torch.cuda.current_device())
     if kernel == "qmma" or (kernel == "auto" and path == "auto" and configs.QMMA_ENABLED and qmma_available()
                             and qmma_auto(fmt, rows, N, on_hopper) and qmma_fits(x, w, fmt, K, group_size, in_heads, rows)):
         if path == "vec":
             raise ValueError("kernel: 'qmma' has no vec path")
-        return torch.ops.uqr._qmma_cuda(x, w, fmt, N, K, group_size, out_heads, in_heads)
+        return run_qmma(x, w, fmt, N, K, group_size, out_heads, in_heads)
     if kernel == "wgmma" or (kernel == "auto" and path == "auto" and on_hopper
                              and wgmma_auto(x, w, fmt, N, K, group_size, in_heads, rows)):
         if path == "vec":
             raise ValueError("kernel: 'wgmma' has no vec path")
-        return torch.ops.uqr._wgmma_cuda(x, w, fmt, N, K, group_size, out_heads, in_heads)
+        return run_wgmma(x, w, fmt, N, K, group_size, out_heads, in_heads)
     lay = plan_gemm(x, N, K, out_heads, in_heads)
     if lay.y.numel() == 0:
         return lay.y
@@ -300,4 +581,4 @@ def gemm_triton(x: torch.Tensor, w: torch.Tensor, fmt: str, N: int, K: int, grou
 def gemm_cuda(x: torch.Tensor, w: torch.Tensor, fmt: str, N: int, K: int, group_size: int,
               out_heads: int, in_heads: bool, path: str) -> torch.Tensor:
     """The ``uqr::gemm`` CUDA kernel: same arguments as the operator schema (opschema)."""
-    return gemm_triton(x, w, fmt, N, K, group_size, out_heads, in_heads, path)
+    return gemm_cuda_route(x, w, fmt, N, K, group_size, out_heads, in_heads, path)

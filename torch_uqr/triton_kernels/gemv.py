@@ -32,7 +32,7 @@ def _gemv_kernel(x_ptr, w_ptr, y_ptr, ws_ptr, M, N, K, w_row_stride,
     n_sub = K // 32
     kt_begin = tl.program_id(1) * TILES
     # Either a [BN, BK] accumulator reduced once at the end (no shuffles in the loop) or a [BN] one
-    # reduced every step (a quarter of the registers: more programs resident, ncu v5 showed
+    # reduced every step (a quarter of the registers: more programs resident; ncu showed
     # the [BN, BK] form register-limited at 31 % occupancy).
     if REDUCE_EACH:
         acc = tl.zeros([BN], dtype=tl.float32)

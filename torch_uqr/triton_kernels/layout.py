@@ -5,7 +5,6 @@ backend); this module only allocates y and hands the kernels their eight stride 
 """
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 
 import torch
@@ -34,10 +33,25 @@ class GemmLayout:
         return (self.x_bs, self.x_rs, self.x_hd, self.x_hs, self.y_bs, self.y_rs, self.y_hd, self.y_hs)
 
 
+# Poisoned outputs (a test aid): y NaN-filled so an element a kernel skips shows. The Python side of
+# the switch the C++ ops read (uqr::_set_poison); both are set by torch_uqr.ops.poison_outputs.
+_poison = False
+
+
+def set_poison(enabled: bool) -> None:
+    """Make plan_gemm NaN-fill every y it allocates (use torch_uqr.ops.poison_outputs)."""
+    global _poison
+    _poison = bool(enabled)
+
+
+def poison_enabled() -> bool:
+    return _poison
+
+
 def plan_gemm(x: torch.Tensor, N: int, K: int, out_heads: int, in_heads: bool) -> GemmLayout:
-    """Validate the shapes, allocate y (NaN-filled under UQR_POISON=1), return the launch layout."""
+    """Validate the shapes, allocate y (NaN-filled while poisoned outputs are on), return the launch layout."""
     x, p = shared_layout.plan(x, N, K, out_heads, in_heads)
-    if os.environ.get("UQR_POISON") == "1":
+    if _poison:
         y = torch.full(p.out_shape, float("nan"), dtype=x.dtype, device=x.device)
     else:
         y = torch.empty(p.out_shape, dtype=x.dtype, device=x.device)
