@@ -42,7 +42,7 @@ CASES = {
 }
 PRELUDE = '''
 import torch, torch_uqr
-from torch_uqr.triton_kernels.testing import random_packed
+from packed_reference import random_packed
 N, K = 8, 512
 w = random_packed("q4_0", N, K, 0, seed=1, device="cuda")
 x = torch.randn(2, K, device="cuda", dtype=torch.bfloat16)
@@ -61,7 +61,7 @@ PY
   timeout 240 compute-sanitizer --tool memcheck --print-limit 20 python3 - <<'PY' 2>&1 | tail -8
 import torch
 from torch_uqr.triton_kernels.dispatch import gemm_triton
-from torch_uqr.triton_kernels.testing import random_packed
+from packed_reference import random_packed
 for fmt in ("q4_0", "var_affine", "ternary"):  # Triton: split-K, heads, vec
     w = random_packed(fmt, 72, 512, 0, seed=1, device="cuda")
     x = torch.randn(2, 4, 37, 128, device="cuda", dtype=torch.bfloat16)

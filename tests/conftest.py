@@ -1,4 +1,4 @@
-"""Shared fixtures for the format tests: a seeded generator and a relative-RMS metric."""
+"""Shared fixtures: a seeded generator, a relative-RMS metric, NaN-poisoned operator outputs."""
 import pytest
 import torch
 
@@ -16,3 +16,13 @@ def rel_rms():
         a, e = approx.double(), exact.double()
         return float(((a - e).pow(2).mean() / e.pow(2).mean()).sqrt())
     return metric
+
+
+@pytest.fixture
+def poisoned_outputs():
+    """Every backend fills its fresh output with NaN before the kernels write it, so an element a
+    kernel skips stays NaN and fails the comparison (``torch_uqr.ops.poison_outputs``)."""
+    from torch_uqr import ops
+    ops.poison_outputs(True)
+    yield
+    ops.poison_outputs(False)

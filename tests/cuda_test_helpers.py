@@ -74,7 +74,7 @@ def check_close(y: torch.Tensor, ref: torch.Tensor, tol: float, what: str, worst
 def check_layouts(op, fmt: str, N: int, cases: tuple, K: int = 2048) -> None:
     """Batched x, head-strided x and direct-head y through ``op`` (a uqr::gemm-like op taking
     (x, w, fmt, N, K, group_size, out_heads, in_heads)) against float64, for (batch, M) cases."""
-    from torch_uqr.triton_kernels.testing import random_packed, reference_dequantize
+    from packed_reference import random_packed, reference_dequantize
     g = 64 if fmt == "mlx4" else 0
     H_in, H_out = 8, 4  # x heads of 256: whole stages
     w = random_packed(fmt, N, K, g, seed=fresh_seed(), device="cuda")

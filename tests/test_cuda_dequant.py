@@ -50,7 +50,7 @@ def _reference(w: torch.Tensor, fmt: str, N: int, K: int, g: int) -> torch.Tenso
 @pytest.mark.parametrize("fmt,g", FORMATS, ids=IDS)
 def test_dequant_bit_exact(fmt: str, g: int) -> None:
     from torch_uqr.triton_kernels.dequant import dequantize_cuda, dequantize_triton
-    from torch_uqr.triton_kernels.testing import random_packed
+    from packed_reference import random_packed
     # K = 256: one partial tile; 2304: a full 2048-element tile and a partial one.
     for N, K in ((1, 2304), (7, 256), (33, 2304), (129, 512)):
         w = random_packed(fmt, N, K, g, seed=fresh_seed(), device="cuda")
@@ -74,7 +74,7 @@ def test_dequant_strided_and_unaligned_rows(fmt: str, g: int, offset: int, pad: 
     """Rows sliced out of a wider buffer: base `offset` bytes off a 16-byte boundary (odd too, which
     the Triton path refuses), row stride row_bytes + pad; the bytes around the rows are untouched."""
     from torch_uqr.triton_kernels.dequant import dequantize_cuda
-    from torch_uqr.triton_kernels.testing import random_packed
+    from packed_reference import random_packed
     N, K = 37, 2304 + 256
     w = random_packed(fmt, N, K, g, seed=fresh_seed(), device="cuda")
     row_bytes = w.shape[1]
@@ -111,7 +111,7 @@ ERROR_CASES = [
 # One test per case, so that a case which crashes the process rather than raising is named.
 @pytest.mark.parametrize("make,msg", [c[1:] for c in ERROR_CASES], ids=[c[0] for c in ERROR_CASES])
 def test_dequant_errors(make, msg: str) -> None:
-    from torch_uqr.triton_kernels.testing import random_packed
+    from packed_reference import random_packed
     w = random_packed("q4_0", 8, 512, 0, seed=1, device="cuda")
     out = torch.empty(8, 512, dtype=torch.bfloat16, device="cuda")
     with pytest.raises(RuntimeError, match=msg):
@@ -123,7 +123,7 @@ def test_scratch_path_end_to_end(fmt: str, g: int, monkeypatch, poisoned_outputs
     """gemm_cuda_route(kernel="scratch") decodes with the CUDA kernel: close to float64, and bit-equal
     to the same path with the Triton decoder (same dense weights, same cuBLAS call) but for exl3."""
     from torch_uqr.triton_kernels import configs, dispatch
-    from torch_uqr.triton_kernels.testing import random_packed, reference_dequantize
+    from packed_reference import random_packed, reference_dequantize
     N, K = 129, 2304
     w = random_packed(fmt, N, K, g, seed=fresh_seed(), device="cuda")
     wref = reference_dequantize(w, fmt, N, K, g)

@@ -9,7 +9,7 @@ import torch
 
 pytest.importorskip("triton")
 from torch_uqr.triton_kernels import configs, dispatch  # noqa: E402
-from torch_uqr.triton_kernels.testing import random_packed  # noqa: E402
+from packed_reference import random_packed  # noqa: E402
 
 
 def test_auto_row_limits() -> None:

@@ -17,7 +17,7 @@ import torch
 import torch_uqr as uqr
 from cuda_test_helpers import fresh_seed
 from gemm_helpers import int8_reference, randn, rows_of, weights
-from torch_uqr.triton_kernels.testing import random_packed, reference_dequantize
+from packed_reference import random_packed, reference_dequantize
 
 FORMATS = ("q4_0", "q4_k")
 HALF = (torch.bfloat16, torch.float16)

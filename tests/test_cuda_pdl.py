@@ -46,7 +46,7 @@ def _op(name: str):
 
 
 def _weights(fmt: str, g: int, n: int) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
-    from torch_uqr.triton_kernels.testing import random_packed, reference_dequantize
+    from packed_reference import random_packed, reference_dequantize
     ws = [random_packed(fmt, K, K, g, seed=fresh_seed(), device="cuda") for _ in range(n)]
     return ws, [reference_dequantize(w, fmt, K, K, g) for w in ws]
 
@@ -97,7 +97,7 @@ def test_wgmma_chain(rows: int, pdl: bool) -> None:
 def test_weights_written_just_before(op: str) -> None:
     """The kernels ask the L2 for their weights before waiting for the previous kernel: a hint only,
     so weights that kernel writes are still read as written."""
-    from torch_uqr.triton_kernels.testing import random_packed, reference_dequantize
+    from packed_reference import random_packed, reference_dequantize
     fmt = "q4_k"
     src = random_packed(fmt, K, K, 0, seed=fresh_seed(), device="cuda")
     for _ in range(3):

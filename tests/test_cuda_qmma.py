@@ -39,7 +39,7 @@ def _qmma(x, w, fmt, N, K, g=0, out_heads=0, in_heads=False):
 
 @pytest.mark.parametrize("fmt,g", TC_FORMATS, ids=TC_FORMAT_IDS)
 def test_qmma_every_m_and_dtype(fmt: str, g: int) -> None:
-    from torch_uqr.triton_kernels.testing import random_packed, reference_dequantize
+    from packed_reference import random_packed, reference_dequantize
     # K = 1536: 3 (mlx4 g128: 1.5 -> K 3072) stages of 512 / 6 of 256 over 4 warps (uneven split).
     for N, K in ((200, 1536), (37, 3072), (16, 512)):
         w = random_packed(fmt, N, K, g, seed=fresh_seed(), device="cuda")
@@ -58,7 +58,7 @@ def test_qmma_split_k_rows(fmt: str, g: int) -> None:
     row tiles, so K = 4096 splits 8 ways (2 stages each; mlx4 g128 4 ways, 1 stage each), and
     K = 2816 (11 stages of 256) splits unevenly; N = 301 is not a multiple of 4, so the reduce kernel
     stores one output a thread."""
-    from torch_uqr.triton_kernels.testing import random_packed, reference_dequantize
+    from packed_reference import random_packed, reference_dequantize
     for N, K in ((300, 4096), (301, 2816 if g != 128 else 3072)):
         w = random_packed(fmt, N, K, g, seed=fresh_seed(), device="cuda")
         wref = reference_dequantize(w, fmt, N, K, g)
@@ -90,7 +90,7 @@ def test_qmma_streamk_wide(fmt: str, g: int) -> None:
     """9-16 rows deal all tiles' stages out to 2 CTAs an SM (stream-K): N = 9000 is 71 row tiles (the
     last partial), so at K = 4096 (16 stages of 256, 8 of 512) most CTAs' ranges cross from one
     tile into the next and a tile's sum has 4-5 pieces."""
-    from torch_uqr.triton_kernels.testing import random_packed, reference_dequantize
+    from packed_reference import random_packed, reference_dequantize
     N, K = 9000, 4096
     w = random_packed(fmt, N, K, g, seed=fresh_seed(), device="cuda")
     wref = reference_dequantize(w, fmt, N, K, g)
@@ -130,7 +130,7 @@ def test_qmma_dispatch_and_fallbacks() -> None:
     """gemm's auto path takes the kernel only where it fits; elsewhere Triton answers correctly."""
     import torch_uqr as uqr
     from torch_uqr.triton_kernels import configs, dispatch
-    from torch_uqr.triton_kernels.testing import random_packed, reference_dequantize
+    from packed_reference import random_packed, reference_dequantize
     N, K = 96, 512
     w = random_packed("q4_0", N, K, 0, seed=fresh_seed(), device="cuda")
     wref = reference_dequantize(w, "q4_0", N, K)
@@ -169,7 +169,7 @@ MID_M = (17, 33, 64, 100, 129)
 def test_qmma_mid_m(fmt: str, g: int) -> None:
     """More than 16 rows: the mid-M kernel, with 32-row column tiles (N = 200, few CTAs) and 64-row
     tiles (N = 16 * 1061: enough 128-row CTAs to fill an H200), partial tiles on both sides."""
-    from torch_uqr.triton_kernels.testing import random_packed, reference_dequantize
+    from packed_reference import random_packed, reference_dequantize
     K = 3072 if g == 128 else 1536
     for N, Ms in ((200, MID_M), (16 * 1061, (65, 129))):
         w = random_packed(fmt, N, K, g, seed=fresh_seed(), device="cuda")

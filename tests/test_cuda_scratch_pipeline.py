@@ -51,7 +51,7 @@ def _decoder():
 @pytest.mark.parametrize("fmt,g", FORMATS, ids=[f for f, _ in FORMATS])
 def test_pipelined_matches_reference(fmt: str, g: int) -> None:
     from torch_uqr.triton_kernels.scratch_pipeline import scratch_pipelined
-    from torch_uqr.triton_kernels.testing import random_packed, reference_dequantize
+    from packed_reference import random_packed, reference_dequantize
     N, K = 1000, 2304  # 1000 = 3 x 384 - 152: the last slice is short
     w = random_packed(fmt, N, K, g, seed=fresh_seed(), device="cuda")
     wref = reference_dequantize(w, fmt, N, K, g)
@@ -69,7 +69,7 @@ def test_pipelined_matches_reference(fmt: str, g: int) -> None:
 @needs_cuda
 def test_pipelined_in_cuda_graph() -> None:
     from torch_uqr.triton_kernels.scratch_pipeline import scratch_pipelined
-    from torch_uqr.triton_kernels.testing import random_packed, reference_dequantize
+    from packed_reference import random_packed, reference_dequantize
     N, K, M = 1536, 1024, 65
     w = random_packed("q4_k", N, K, 0, seed=fresh_seed(), device="cuda")
     wref = reference_dequantize(w, "q4_k", N, K, 0)
@@ -114,7 +114,7 @@ def test_pipeline_table_lookup(monkeypatch) -> None:
 def test_gemm_uses_pipeline_end_to_end(monkeypatch, poisoned_outputs) -> None:
     """gemm_cuda_route's scratch kernel with a pipeline entry in force, plain and batched x."""
     from torch_uqr.triton_kernels import configs, dispatch
-    from torch_uqr.triton_kernels.testing import random_packed, reference_dequantize
+    from packed_reference import random_packed, reference_dequantize
     monkeypatch.setattr(configs, "SCRATCH_PIPELINE", ((1, 1, 3, 2, 0.25),))
     calls = []
     real = dispatch.scratch_pipelined

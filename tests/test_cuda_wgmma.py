@@ -38,7 +38,7 @@ _check = check_half  # weights rounded to x's dtype once (as the mid-M kernel), 
 
 @pytest.mark.parametrize("fmt,g", TC_FORMATS, ids=TC_FORMAT_IDS)
 def test_wgmma_every_format(fmt: str, g: int) -> None:
-    from torch_uqr.triton_kernels.testing import random_packed, reference_dequantize
+    from packed_reference import random_packed, reference_dequantize
     K = 3072 if g == 128 else 1536
     for N, Ms in ((200, (1, 7, 33, 64, 65, 127, 129)), (16 * 131, (17, 256, 300))):
         w = random_packed(fmt, N, K, g, seed=fresh_seed(), device="cuda")
@@ -58,7 +58,7 @@ def test_wgmma_layouts(fmt: str) -> None:
 def test_wgmma_large_m_and_errors() -> None:
     """A 2047-row call on a full-size shape, the dispatcher's kernel override, and refusals."""
     from torch_uqr.triton_kernels.dispatch import gemm_cuda_route
-    from torch_uqr.triton_kernels.testing import random_packed, reference_dequantize
+    from packed_reference import random_packed, reference_dequantize
     N, K = 4096, 4096
     w = random_packed("q4_k", N, K, 0, seed=fresh_seed(), device="cuda")
     wref = reference_dequantize(w, "q4_k", N, K)
@@ -75,7 +75,7 @@ def test_wgmma_large_m_and_errors() -> None:
 def test_wgmma_split_k(fmt: str, g: int) -> None:
     """Few weight rows and a long K: the kernel splits K over CTAs and sums fp32 partials, into a
     plain and a direct-head y, from a plain and a head-strided x."""
-    from torch_uqr.triton_kernels.testing import random_packed, reference_dequantize
+    from packed_reference import random_packed, reference_dequantize
     N, K, H = 264, 4096, 4
     w = random_packed(fmt, N, K, g, seed=fresh_seed(), device="cuda")
     wref = reference_dequantize(w, fmt, N, K, g)
@@ -101,7 +101,7 @@ def test_wgmma_forced_config(fmt: str, g: int, knobs: str) -> None:
     build whose stages do not fit keeps the default's), and the dependent launch off."""
     from torch_uqr.triton_kernels import tuning
     from torch_uqr.triton_kernels.dispatch import launch_plan
-    from torch_uqr.triton_kernels.testing import random_packed, reference_dequantize
+    from packed_reference import random_packed, reference_dequantize
     N, K = 264, 3072
     w = random_packed(fmt, N, K, g, seed=fresh_seed(), device="cuda")
     wref = reference_dequantize(w, fmt, N, K, g)

@@ -1,6 +1,6 @@
 """torch.ops.uqr.gemm on CPU against the float64 reference: every format, path, dtype and layout.
 
-Outputs are NaN-poisoned (UQR_POISON=1 makes the op allocate y filled with NaN), so an element a
+Outputs are NaN-poisoned (``ops.poison_outputs``: the op allocates y filled with NaN), so an element a
 kernel forgets to write fails the finiteness check. M <= 8 exercises the fused decode+dot kernel,
 larger M the decode-panel + GEMM path; ternary runs both of its paths.
 """
@@ -16,9 +16,7 @@ N_ODD = 70  # not a multiple of the 4-row tiles, the 64-row work units, or the 1
 DTYPES = [torch.float32, torch.float16, torch.bfloat16]
 
 
-@pytest.fixture(autouse=True)
-def poison(monkeypatch):
-    monkeypatch.setenv("UQR_POISON", "1")
+pytestmark = pytest.mark.usefixtures("poisoned_outputs")
 
 
 def k_for(fmt: str) -> int:

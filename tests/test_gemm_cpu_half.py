@@ -26,9 +26,7 @@ N_ODD = 70
 FP16_LIBRARY_MIN_ROWS = 256  # kHalfFp16MinRows in gemm_cpu.cpp
 
 
-@pytest.fixture(autouse=True)
-def poison(monkeypatch):
-    monkeypatch.setenv("UQR_POISON", "1")
+pytestmark = pytest.mark.usefixtures("poisoned_outputs")
 
 
 def k_for(fmt: str) -> int:

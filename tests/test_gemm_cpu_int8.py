@@ -30,9 +30,7 @@ DTYPES = [torch.float32, torch.float16, torch.bfloat16]
 SAME_X_TOL = {torch.float32: 1e-5, torch.float16: 2.0 ** -10, torch.bfloat16: 2.0 ** -8}
 
 
-@pytest.fixture(autouse=True)
-def poison(monkeypatch):
-    monkeypatch.setenv("UQR_POISON", "1")
+pytestmark = pytest.mark.usefixtures("poisoned_outputs")
 
 
 def int8_rounding_bound(rows: torch.Tensor, W: torch.Tensor, out_heads: int, span: int) -> torch.Tensor:

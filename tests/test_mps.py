@@ -6,7 +6,7 @@ Runs on macOS arm64 with an MPS-enabled torch and torch_uqr._C built there
 
 Covered: every format (mlx4 at each group size) x path x dtype (fp16 / bf16 / fp32) x odd M (1, 7,
 33, 127, 129, 2047) x head layout (out_heads: y written as heads; in_heads: x read head-strided),
-with every output NaN-poisoned before the kernels run (``UQR_POISON``, so a finite y proves each
+with every output NaN-poisoned before the kernels run (``ops.poison_outputs``, so a finite y proves each
 element was written); x as an offset view (storage_offset, row stride wider than K) and packed
 weights as an offset view; blocks whose fp16 scales are subnormal (fast math would flush them);
 and a compile of the shader library through ``torch.mps.compile_shader``, which needs no build.

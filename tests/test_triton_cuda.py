@@ -36,7 +36,7 @@ def _check(y: torch.Tensor, ref: torch.Tensor, dtype: torch.dtype, what: str) ->
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
 def test_cuda_all_m_buckets(fmt: str, dtype: torch.dtype) -> None:
     from torch_uqr.triton_kernels.dispatch import gemm_cuda_route
-    from torch_uqr.triton_kernels.testing import random_packed, reference_dequantize
+    from packed_reference import random_packed, reference_dequantize
     g = 64 if fmt == "mlx4" else 0
     N, K = 200, 1280
     w = random_packed(fmt, N, K, g, seed=int.from_bytes(os.urandom(3), "little"), device="cuda")
@@ -57,7 +57,7 @@ def test_cuda_all_m_buckets(fmt: str, dtype: torch.dtype) -> None:
 @pytest.mark.parametrize("fmt", ["q4_0", "q4_k", "var_affine", "ternary"])
 def test_cuda_head_layouts(fmt: str) -> None:
     from torch_uqr.triton_kernels.dispatch import gemm_cuda_route
-    from torch_uqr.triton_kernels.testing import random_packed, reference_dequantize
+    from packed_reference import random_packed, reference_dequantize
     N, K, H_in, H_out, M = 256, 1024, 8, 4, 37
     w = random_packed(fmt, N, K, 0, seed=3, device="cuda")
     wref = reference_dequantize(w, fmt, N, K)
@@ -74,7 +74,7 @@ def test_cuda_registered_operator() -> None:
     ops = pytest.importorskip("torch_uqr.ops")
     if not ops.op_available():
         pytest.skip("torch_uqr._C is not built")
-    from torch_uqr.triton_kernels.testing import random_packed, reference_dequantize
+    from packed_reference import random_packed, reference_dequantize
     N, K = 96, 512
     w = random_packed("q4_k", N, K, 0, seed=5, device="cuda")
     x = torch.randn(4, K, device="cuda", dtype=torch.bfloat16)

@@ -3,7 +3,7 @@
 Each format runs in its own subprocess with TRITON_INTERPRET=1 set before Triton decorates the
 kernels (the decorator reads it once), so this file never changes how other tests see Triton.
 Every case draws fresh random packed blocks, poisons the output with NaN, and compares with the
-float64 reference decoder in ``torch_uqr.triton_kernels.testing``.
+float64 reference decoder in ``tests/packed_reference.py``.
 """
 from __future__ import annotations
 
@@ -54,7 +54,7 @@ def run_format(fmt: str) -> None:
     import torch
     from torch_uqr.triton_kernels.dequant import dequantize_triton
     from torch_uqr.triton_kernels.dispatch import gemm_cuda_route
-    from torch_uqr.triton_kernels.testing import random_packed, reference_dequantize
+    from packed_reference import random_packed, reference_dequantize
 
     gen = torch.Generator().manual_seed(int.from_bytes(os.urandom(4), "little"))
     seed = int(torch.randint(0, 2**31 - 1, (1,), generator=gen))
@@ -161,7 +161,7 @@ def test_reference_agrees_with_formats_package(fmt: str) -> None:
     import torch
     import torch_uqr as uqr
     from torch_uqr.triton_kernels.formats_meta import block_geometry
-    from torch_uqr.triton_kernels.testing import reference_dequantize
+    from packed_reference import reference_dequantize
     if not callable(getattr(uqr, "quantize", None)):
         pytest.skip("torch_uqr.quantize is not available")
     w = torch.randn(6, 512)

@@ -1,7 +1,7 @@
 """``python -m torch_uqr bench --device cuda``: time every format's CUDA kernels against cuBLAS and
 PyTorch's int4 kernel on the same inputs, check every output against float64, write JSON and a plot.
 
-Method (as /work/shared/tools/anchor_bench.py, tightened): each measured call is captured with its
+Method: each measured call is captured with its
 input set rotating among enough sets that their weights overflow the L2 three times over, into one
 CUDA graph; the graph is replayed ``reps`` times, each replay timed with CUDA events; the figure is
 the median replay time divided by the calls in it. Graphs remove Python launch overhead, which is
@@ -24,7 +24,9 @@ from typing import Callable
 
 import torch
 
-FORMATS = ("q4_0", "q4_1", "q8_0", "q4_k", "mlx4", "var_affine", "exl3", "ternary")
+from .formats import table as format_table
+
+FORMATS = format_table.NAMES
 SHAPES = ((4096, 4096), (14336, 4096), (4096, 14336))
 MS = (1, 16, 128, 512, 2048, 4096)
 MLX4_GROUP = 64  # MLX's default group size
@@ -126,13 +128,31 @@ def _checked_timed_row(call: Callable[[int], torch.Tensor], n_sets: int, ref: to
     return r
 
 
+def _random_packed(fmt: str, N: int, K: int, group_size: int, seed: int, device: str) -> torch.Tensor:
+    """Random valid blocks of ``fmt`` (the format module's generator), on ``device``."""
+    from .formats import get
+    gen = torch.Generator().manual_seed(seed)
+    return get(fmt).random_blocks(N, K, gen, group_size).to(device)
+
+
+def _rotating_copies(w: torch.Tensor, n: int) -> list[torch.Tensor]:
+    """``n`` copies of ``w`` at different addresses: what defeats the L2 is where the bytes are,
+    not what they hold (random blocks are generated once, on the CPU)."""
+    return [w] + [w.clone() for _ in range(n - 1)]
+
+
+def _reference(w: torch.Tensor, fmt: str, N: int, K: int, group_size: int) -> torch.Tensor:
+    """The format module's exact decode, in float64 on w's device (every output is checked)."""
+    from .formats import get
+    return get(fmt).decode(w.cpu(), N, K, group_size).double().to(w.device)
+
+
 def bench_shape(N: int, K: int, Ms, formats, reps: int, l2: int, rows: list) -> None:
     """Time and check every format and peer on one weight shape, appending rows."""
     from .triton_kernels import configs
     from .triton_kernels.configs import QMMA_MID_MAX_ROWS as QMMA_BENCH_MAX_M
     from .triton_kernels.dispatch import gemm_cuda_route, int8_available, int8_fits, qmma_available, qmma_fits, wgmma_fits
     from .triton_kernels.formats_meta import block_geometry
-    from .triton_kernels.testing import random_packed, reference_dequantize
 
     dev = "cuda"
     x_max = max(Ms)
@@ -166,8 +186,8 @@ def bench_shape(N: int, K: int, Ms, formats, reps: int, l2: int, rows: list) -> 
         elems, nbytes = block_geometry(fmt, g)
         wbytes = N * (K // elems) * nbytes
         n_sets = _n_sets(wbytes, l2)
-        W = [random_packed(fmt, N, K, g, seed=s, device=dev) for s in range(n_sets)]
-        w_ref = reference_dequantize(W[0], fmt, N, K, g)
+        W = _rotating_copies(_random_packed(fmt, N, K, g, seed=0, device=dev), n_sets)
+        w_ref = _reference(W[0], fmt, N, K, g)
         for M in Ms:
             xs = [X[j % len(X)][:M] for j in range(n_sets)]
             ref = xs[0].double() @ w_ref.t()
@@ -215,7 +235,6 @@ def sweep(reps: int, l2: int) -> list:
     """Time candidate tensor-core configurations per M bucket on q4_0 / q4_k 14336x4096."""
     from .triton_kernels.configs import GemmConfig, VecConfig
     from .triton_kernels.dispatch import gemm_cuda_route
-    from .triton_kernels.testing import random_packed, reference_dequantize
     N, K = 14336, 4096
     row_cands = [VecConfig(32, 4, 4), VecConfig(32, 4, 4, 4, True), VecConfig(16, 8, 4, 4, True),
                  VecConfig(64, 4, 4, 4, True), VecConfig(32, 8, 4, 4, True), VecConfig(16, 4, 8, 4, True),
@@ -223,8 +242,8 @@ def sweep(reps: int, l2: int) -> list:
     cands = {1: []}
     out = []
     for fmt in ("q4_0", "q4_k"):
-        W = [random_packed(fmt, N, K, 0, seed=s, device="cuda") for s in range(6)]
-        w_ref = reference_dequantize(W[0], fmt, N, K)
+        W = _rotating_copies(_random_packed(fmt, N, K, 0, seed=0, device="cuda"), 6)
+        w_ref = _reference(W[0], fmt, N, K, 0)
         for M, cs in cands.items():
             X = [torch.randn(M, K, device="cuda", dtype=torch.bfloat16) for _ in range(6)]
             for c in cs + (row_cands if M == 1 else []):  # noqa: B023 (lambdas run inside the loop)

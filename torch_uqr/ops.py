@@ -8,7 +8,6 @@ traceable by ``torch.compile(fullgraph=True)``.
 """
 from __future__ import annotations
 
-import os
 from typing import Any, Optional
 
 import torch

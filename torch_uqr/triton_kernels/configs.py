@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from ..formats import table as format_table
+
 
 @dataclass(frozen=True)
 class GemmConfig:
@@ -61,7 +63,7 @@ QMMA_KERNEL_MAX_ROWS = 1 << 20  # the op's limit (kQmmaMidMaxRows): above 16 row
 # 9-16 rows with K split over CTAs (dispatch.qmma_takes_mid; tuning knob split16).
 QMMA_STAGED_X_MIN_ROWS = 9
 QMMA_ENABLED = True
-QMMA_FORMATS = ("q4_0", "q4_1", "q8_0", "q4_k", "mlx4", "var_affine", "exl3", "ternary")
+QMMA_FORMATS = format_table.NAMES  # every format has a CUDA C++ kernel slot (qmma_traits.cuh)
 # Per-format row limit where the Triton fused kernel measured faster above it. Empty: the last
 # entry, q8_0 at 8 rows, went once its kernel beat fused at 16 (42.7 vs 47.3 us on 14336 x 4096).
 QMMA_FORMAT_MAX_ROWS: dict[str, int] = {}
@@ -104,6 +106,8 @@ INT8_AUTO_MAX_ROWS: dict[str, int] = {"q4_0": 1, "q4_k": 8, "mlx4": 1, "ternary"
 #   there; they take the range too.
 # - from 257 rows scratch (512 rows: q4_0 158.8 vs 128.0).
 WgmmaRange = tuple[int, int, int, int]
+# A format with no row of its own (a new one) takes the range every format measured fastest in.
+WGMMA_DEFAULT_ROWS: tuple[WgmmaRange, ...] = ((17, 128, 0, 0),)
 WGMMA_ROWS: dict[str, tuple[WgmmaRange, ...]] = {
     **{f: ((17, 128, 0, 0), (129, 256, 0, 8192)) for f in ("q4_0", "q4_1", "q4_k", "mlx4", "ternary")},
     **{f: ((17, 128, 0, 0),) for f in ("var_affine", "exl3")},

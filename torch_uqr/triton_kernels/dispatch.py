@@ -34,7 +34,7 @@ from typing import Callable, Optional, Sequence
 
 import torch
 
-from ..ops import INT8_FORMATS  # defined before ops imports register.py (and so this module)
+from ..formats import table as format_table
 from . import configs, tuning
 from .configs import GemmConfig, VecConfig
 from .dequant import dequantize_cuda, dequantize_triton
@@ -45,7 +45,9 @@ from .layout import GemmLayout, plan_gemm
 from .scratch_pipeline import scratch_pipelined
 from .ternary_vec import gemm_ternary_vec
 
-PATHS = ("auto", "mma", "vec", "int8")
+PATHS = format_table.PATHS
+# The formats that have the int8-activation kernel (uqr::_int8_cuda), from the format table.
+INT8_FORMATS = format_table.names_with_path("int8", "cuda")
 KERNELS = ("auto", "fused", "gemv", "scratch", "qmma", "wgmma", "int8")
 
 
@@ -184,7 +186,7 @@ def wgmma_auto(x: torch.Tensor, w: torch.Tensor, fmt: str, N: int, K: int, group
                rows: int) -> bool:
     """Whether path ``auto`` takes the Hopper wgmma kernel: rows, N and K in one of the measured
     ranges of configs.WGMMA_ROWS for this format, and a call it can take (wgmma_fits)."""
-    ranges = configs.WGMMA_ROWS.get(fmt, ())
+    ranges = configs.WGMMA_ROWS.get(fmt, configs.WGMMA_DEFAULT_ROWS)
     if not any(lo <= rows <= hi and N >= min_n and K >= min_k for lo, hi, min_n, min_k in ranges):
         return False
     return wgmma_fits(x, w, fmt, K, group_size, in_heads, rows)
@@ -475,8 +477,8 @@ def run_int8(x: torch.Tensor, w: torch.Tensor, fmt: str, N: int, K: int, group_s
 
 def _check_weight(w: torch.Tensor, x: torch.Tensor, fmt: str, N: int, K: int, group_size: int) -> None:
     if fmt not in FORMAT_CODES:
-        raise ValueError(f"fmt: expected one of {sorted(FORMAT_CODES)}, got {fmt!r}")
-    if fmt != "mlx4" and group_size not in (0, block_geometry(fmt)[0]):
+        raise ValueError(f"fmt: expected one of {format_table.quoted_names(format_table.NAMES)}, got {fmt!r}")
+    if not format_table.BY_NAME[fmt].grouped and group_size not in (0, block_geometry(fmt)[0]):
         raise ValueError(f"group_size: expected 0 for {fmt}, got {group_size}")
     elems, nbytes = block_geometry(fmt, group_size)
     if N <= 0 or K <= 0 or K % elems:

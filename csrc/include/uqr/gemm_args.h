@@ -33,7 +33,8 @@ GemmPlan plan_gemm(const at::Tensor& x, const at::Tensor& w, c10::string_view fm
                    int64_t K, int64_t group_size, int64_t out_heads, bool in_heads,
                    c10::string_view path);
 
-// The output tensor: torch.empty, or NaN-filled when UQR_POISON=1 (so tests catch unwritten elements).
+// The output tensor: torch.empty, or NaN-filled while poisoning is on (uqr::_set_poison; tests catch
+// unwritten elements).
 at::Tensor allocate_output(const GemmPlan& plan, const at::TensorOptions& options);
 
 }  // namespace uqr

@@ -1,15 +1,15 @@
-"""Random valid packed weights and an independent float64 decoder, for the Triton tests and benchmark.
+"""Random valid packed weights and an independent float64 decoder, for the CUDA and Triton tests.
 
 Random *bytes* (not quantized weights) exercise every code path of a decoder: negative scales,
 every nibble, every var_affine depth mix, every exl3 codebook index. The float64 decoder here is
 written with whole-tensor torch ops, on purpose unlike the Triton per-tile decoders, so the two
-cannot share a bug; it runs on any device, which lets the H200 benchmark check its own outputs.
+cannot share a bug; it runs on any device, so GPU tests check kernels against it on the GPU.
 """
 from __future__ import annotations
 
 import torch
 
-from .formats_meta import block_geometry
+from torch_uqr.triton_kernels.formats_meta import block_geometry
 
 
 def _half_bytes(shape: tuple[int, ...], scale: float, gen: torch.Generator, device) -> torch.Tensor:
@@ -40,7 +40,7 @@ def _bitstream_mask(used_bits: torch.Tensor, nbytes: int) -> torch.Tensor:
 
 def random_packed(fmt: str, N: int, K: int, group_size: int = 0, seed: int = 0,
                   device: str | torch.device = "cpu", scale: float = 0.02) -> torch.Tensor:
-    """A valid random weight of ``fmt``: uint8 [N, row_bytes] laid out as formats-spec.md says."""
+    """A valid random weight of ``fmt``: uint8 [N, row_bytes] laid out as docs/formats.md says."""
     elems, nbytes = block_geometry(fmt, group_size)
     if K % elems:
         raise ValueError(f"K: must be a multiple of {fmt}'s block of {elems}, got {K}")
@@ -103,7 +103,7 @@ def _bits(stream: torch.Tensor, bit_off: torch.Tensor, width: torch.Tensor | int
 
 
 def reference_dequantize(data: torch.Tensor, fmt: str, N: int, K: int, group_size: int = 0) -> torch.Tensor:
-    """Decode packed weights to float64 [N, K] straight from formats-spec.md's formulas."""
+    """Decode packed weights to float64 [N, K] straight from docs/formats.md's formulas."""
     elems, nbytes = block_geometry(fmt, group_size)
     b = data.reshape(N, K // elems, nbytes)
     i = torch.arange(elems, device=data.device)
