@@ -66,10 +66,10 @@ def openmp_args():
 def generate_shader_header():
     """Embed the Metal library source (shaders/ + csrc/include/uqr/, includes inlined) as
     csrc/mps/uqr_shader_source.h for the MPS glue, which compiles it at first use. The generator is
-    torch_uqr/metal_emu/source.py, loaded by path so the package need not be importable yet."""
+    torch_uqr/backends/metal/source.py, loaded by path so the package need not be importable yet."""
     import importlib.util
     spec = importlib.util.spec_from_file_location(
-        "_uqr_shader_source", os.path.join(ROOT, "torch_uqr", "metal_emu", "source.py"))
+        "_uqr_shader_source", os.path.join(ROOT, "torch_uqr", "backends", "metal", "source.py"))
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     module.write_embedded_header(os.path.join(ROOT, "csrc", "mps", "uqr_shader_source.h"))
@@ -126,7 +126,7 @@ def main() -> None:
         description="Universal Quantization Router: one PyTorch GEMM operator for GGUF, MLX, "
                     "EXL2/3-style and BitNet weights",
         packages=find_packages(include=["torch_uqr", "torch_uqr.*"]),
-        package_data={"torch_uqr": ["data/*", "metal_emu/*"]},
+        package_data={"torch_uqr": ["data/*", "backends/metal/*"]},
         python_requires=">=3.10",
         install_requires=[f"torch{SUPPORTED_TORCH}", "numpy", "tqdm"],
         ext_modules=extensions(),

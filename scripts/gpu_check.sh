@@ -60,7 +60,7 @@ PY
   echo "== compute-sanitizer (memcheck, small cases of every kernel)"
   timeout 240 compute-sanitizer --tool memcheck --print-limit 20 python3 - <<'PY' 2>&1 | tail -8
 import torch
-from torch_uqr.triton_kernels.dispatch import gemm_triton
+from torch_uqr.backends.cuda.dispatch import gemm_triton
 from packed_reference import random_packed
 for fmt in ("q4_0", "var_affine", "ternary"):  # Triton: split-K, heads, vec
     w = random_packed(fmt, 72, 512, 0, seed=1, device="cuda")
@@ -103,11 +103,11 @@ for fmt, g in (("mlx4", 32), ("mlx4", 64), ("ternary", 0), ("var_affine", 0), ("
     gemm_triton(torch.randn(1, 1024, device="cuda", dtype=torch.bfloat16), w, fmt, 37, 1024, g, kernel="int8")
     gemm_triton(torch.randn(1, 2, 1, 512, device="cuda", dtype=torch.float16), w, fmt, 37, 1024, g,
                 out_heads=1, in_heads=True, kernel="int8")
-from torch_uqr.triton_kernels.dequant import dequantize_cuda
+from torch_uqr.backends.cuda.dequant import dequantize_cuda
 for fmt, g in (("q4_0", 0), ("mlx4", 64), ("var_affine", 0), ("exl3", 0), ("ternary", 0)):  # decode-to-dense
     for dt in (torch.bfloat16, torch.float32):
         dequantize_cuda(random_packed(fmt, 37, 1024, g, seed=3, device="cuda"), fmt, 37, 1024, g, dtype=dt)
-from torch_uqr.triton_kernels.scratch_pipeline import scratch_pipelined  # two streams, a ring of 2
+from torch_uqr.backends.cuda.scratch_pipeline import scratch_pipelined  # two streams, a ring of 2
 w = random_packed("q4_k", 1000, 1024, 0, seed=4, device="cuda")
 scratch_pipelined(torch.randn(33, 1024, device="cuda", dtype=torch.bfloat16), w, "q4_k", 1000, 1024, 0,
                   torch.empty(33, 1000, device="cuda", dtype=torch.bfloat16), dequantize_cuda, 4, 2)
@@ -119,7 +119,7 @@ PY
   echo "== benchmark ($MODE $*)"
   BARGS=(--json "$OUT/gpu.json" --plot "$OUT/gpu.png" --table "$OUT/table.md")
   [ "$MODE" = quick ] && BARGS+=(--quick)
-  python3 -m torch_uqr.bench_cuda "${BARGS[@]}" "$@"
+  python3 -m torch_uqr.cli.bench_cuda "${BARGS[@]}" "$@"
   echo "bench exit $?"
   date -u
 } 2>&1 | tee "$LOG"

@@ -27,7 +27,7 @@ def check_half(y: torch.Tensor, ref: torch.Tensor, dtype: torch.dtype, what: str
 def require_qmma_kernel() -> None:
     """Skip unless torch_uqr._C was built with the CUDA C++ tensor-core kernels."""
     ops = pytest.importorskip("torch_uqr.ops")
-    from torch_uqr.triton_kernels.dispatch import qmma_available
+    from torch_uqr.backends.cuda.dispatch import qmma_available
     if not ops.op_available() or not qmma_available():
         pytest.skip("torch_uqr._C was built without the CUDA kernels")
 

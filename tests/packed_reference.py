@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import torch
 
-from torch_uqr.triton_kernels.formats_meta import block_geometry
+from torch_uqr.backends.cuda.formats_meta import block_geometry
 
 
 def _half_bytes(shape: tuple[int, ...], scale: float, gen: torch.Generator, device) -> torch.Tensor:

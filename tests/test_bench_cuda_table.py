@@ -1,5 +1,5 @@
-"""The CUDA benchmark's markdown table (torch_uqr/bench_cuda.table) from hand-made rows (no GPU)."""
-from torch_uqr.bench_cuda import FORMATS, table
+"""The CUDA benchmark's markdown table (torch_uqr/cli/bench_cuda.table) from hand-made rows (no GPU)."""
+from torch_uqr.cli.bench_cuda import FORMATS, table
 
 
 def _row(fmt, kernel, M, ms, **kw):
@@ -28,7 +28,7 @@ def test_table_without_paired_rows_has_one_table():
 
 
 def test_table_int8_rides_along_and_is_never_best():
-    from torch_uqr.bench_cuda import INT8_NOTE
+    from torch_uqr.cli.bench_cuda import INT8_NOTE
     rows = [_row("bf16", "cublas", 1, 0.013), _row("q4_0", "qmma", 1, 0.0085),
             _row("q4_0", "int8", 1, 0.0061, max_rel_err=4e-3), _row("q4_k", "int8", 1, 0.007),
             _row("ternary", "gemv", 1, 0.009), _row("ternary", "vec", 1, 0.012)]

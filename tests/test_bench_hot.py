@@ -7,7 +7,7 @@ import json
 import pytest
 import torch
 
-from torch_uqr import bench
+from torch_uqr.cli import bench
 
 
 def run(tmp_path, extra):

@@ -25,7 +25,7 @@ BITS = {torch.bfloat16: torch.int16, torch.float16: torch.int16, torch.float32: 
 @pytest.fixture(autouse=True)
 def _needs_kernel():
     ops = pytest.importorskip("torch_uqr.ops")
-    from torch_uqr.triton_kernels.dispatch import cuda_dequant_available
+    from torch_uqr.backends.cuda.dispatch import cuda_dequant_available
     if not ops.op_available() or not cuda_dequant_available():
         pytest.skip("torch_uqr._C was built without the CUDA kernels")
 
@@ -49,7 +49,7 @@ def _reference(w: torch.Tensor, fmt: str, N: int, K: int, g: int) -> torch.Tenso
 
 @pytest.mark.parametrize("fmt,g", FORMATS, ids=IDS)
 def test_dequant_bit_exact(fmt: str, g: int) -> None:
-    from torch_uqr.triton_kernels.dequant import dequantize_cuda, dequantize_triton
+    from torch_uqr.backends.cuda.dequant import dequantize_cuda, dequantize_triton
     from packed_reference import random_packed
     # K = 256: one partial tile; 2304: a full 2048-element tile and a partial one.
     for N, K in ((1, 2304), (7, 256), (33, 2304), (129, 512)):
@@ -73,7 +73,7 @@ def test_dequant_bit_exact(fmt: str, g: int) -> None:
 def test_dequant_strided_and_unaligned_rows(fmt: str, g: int, offset: int, pad: int) -> None:
     """Rows sliced out of a wider buffer: base `offset` bytes off a 16-byte boundary (odd too, which
     the Triton path refuses), row stride row_bytes + pad; the bytes around the rows are untouched."""
-    from torch_uqr.triton_kernels.dequant import dequantize_cuda
+    from torch_uqr.backends.cuda.dequant import dequantize_cuda
     from packed_reference import random_packed
     N, K = 37, 2304 + 256
     w = random_packed(fmt, N, K, g, seed=fresh_seed(), device="cuda")
@@ -122,7 +122,7 @@ def test_dequant_errors(make, msg: str) -> None:
 def test_scratch_path_end_to_end(fmt: str, g: int, monkeypatch, poisoned_outputs) -> None:
     """gemm_cuda_route(kernel="scratch") decodes with the CUDA kernel: close to float64, and bit-equal
     to the same path with the Triton decoder (same dense weights, same cuBLAS call) but for exl3."""
-    from torch_uqr.triton_kernels import configs, dispatch
+    from torch_uqr.backends.cuda import configs, dispatch
     from packed_reference import random_packed, reference_dequantize
     N, K = 129, 2304
     w = random_packed(fmt, N, K, g, seed=fresh_seed(), device="cuda")

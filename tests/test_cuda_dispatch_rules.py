@@ -4,11 +4,14 @@ C++ qmma_unsupported; int8_fits for path "int8"'s kernel). Runs on CPU tensors i
 tests/test_cuda_qmma.py and tests/test_cuda_int8.py run the kernels."""
 from __future__ import annotations
 
+import re
+
 import pytest
 import torch
 
 pytest.importorskip("triton")
-from torch_uqr.triton_kernels import configs, dispatch  # noqa: E402
+from torch_uqr.backends.cuda import configs, dispatch  # noqa: E402
+from torch_uqr.formats import table  # noqa: E402
 from packed_reference import random_packed  # noqa: E402
 
 
@@ -102,7 +105,9 @@ def test_wgmma_auto_rows_device_and_fit(monkeypatch) -> None:
     xs = torch.randn(150, K, dtype=torch.bfloat16)
     assert dispatch.wgmma_fits(OnCuda(xs), w, "q4_0", K, 0, False, 150), "fits: only the range decides below"
     assert not dispatch.wgmma_auto(OnCuda(xs), w, "q4_0", 8192, K, 0, False, 150), "second range, K too small"
-    assert not dispatch.wgmma_auto(OnCuda(x), w, "q4_k", 4096, K, 0, False, 40), "format without a range"
+    # A format without a row of its own takes the default range (17-128 rows), never silently none.
+    assert dispatch.wgmma_auto(OnCuda(x), w, "q4_k", 4096, K, 0, False, 40), "format without a row: default range"
+    assert not dispatch.wgmma_auto(OnCuda(xs), w, "q4_k", 8192, K, 0, False, 150), "default range ends at 128"
     w8 = random_packed("q8_0", 32, K, 0, seed=7)
     assert dispatch.wgmma_auto(OnCuda(x), w8, "q8_0", 8192, K, 0, False, 40)
     assert not dispatch.wgmma_auto(OnCuda(x), w8, "q8_0", 4096, K, 0, False, 40), "N below the format's minimum"
@@ -137,8 +142,8 @@ def test_int8_fits_and_forced_kernel_errors() -> None:
         dispatch.gemm_cuda_route(x.view(1, top + 1, K), w, "q4_k", 32, K, kernel="int8")
     with pytest.raises(ValueError, match="kernel: 'int8' takes.*got fmt 'q8_0'"):
         dispatch.gemm_cuda_route(x[:4], w8, "q8_0", 32, K, kernel="int8")
-    with pytest.raises(ValueError, match="path: 'int8' is only valid for fmt 'q4_0', 'q4_k', 'mlx4', 'ternary', "
-                                         "'var_affine', 'exl3', got fmt 'q8_0'"):
+    listed = re.escape(", ".join(map(repr, table.names_with_path("int8", "cuda"))))
+    with pytest.raises(ValueError, match=f"path: 'int8' is only valid for fmt {listed}, got fmt 'q8_0'"):
         dispatch.gemm_cuda_route(x[:4], w8, "q8_0", 32, K, path="int8")
     for fmt in dispatch.ONE_ROW_INT8:  # one row only, in block columns
         wf = random_packed(fmt, 32, K, 0, seed=11)
@@ -164,7 +169,7 @@ def _residency(small=(8, 8, 7, 3), split_fit=3, int8=(8, 8, 6, 3)):
 
 
 def _qmma(fmt, N, K, rows, sms=132, g=0, device_pdl=True, res=None, **knobs):
-    from torch_uqr.triton_kernels import tuning
+    from torch_uqr.backends.cuda import tuning
     return dispatch.plan_qmma(fmt, g, N, K, rows, sms=sms, residency=res or _residency(), pdl=device_pdl,
                               tune=tuning.Tuning(**knobs))
 
@@ -243,7 +248,7 @@ def test_plan_qmma_overrides() -> None:
 
 
 def tuning_of(**knobs):
-    from torch_uqr.triton_kernels import tuning
+    from torch_uqr.backends.cuda import tuning
     return tuning.Tuning(**knobs)
 
 
@@ -297,7 +302,7 @@ def test_plan_int8() -> None:
 
 
 def test_tuning_override_nests_and_validates() -> None:
-    from torch_uqr.triton_kernels import tuning
+    from torch_uqr.backends.cuda import tuning
     assert tuning.current() == tuning.DEFAULT
     with tuning.override(pdl=False) as t1:
         assert t1.pdl is False and tuning.current() is t1

@@ -69,13 +69,13 @@ def cuda() -> None:
     if not torch.cuda.is_available():
         pytest.skip("needs a CUDA device")
     from torch_uqr import ops
-    from torch_uqr.triton_kernels.dispatch import int8_available
+    from torch_uqr.backends.cuda.dispatch import int8_available
     if not ops.op_available() or not int8_available():
         pytest.skip("torch_uqr._C was built without the CUDA int8 kernel")
 
 
 def _int8(x, w, fmt, N, K, out_heads=0, in_heads=False, g=0):
-    from torch_uqr.triton_kernels.dispatch import run_int8
+    from torch_uqr.backends.cuda.dispatch import run_int8
     return run_int8(x, w, fmt, N, K, g, out_heads, in_heads)
 
 
@@ -144,7 +144,7 @@ ONE_ROW_VARIANTS = {"xring": dict(int8_cols=False, int8_xring=True), "xpipe": di
 def test_int8_cuda_one_row_variants(cuda, fmt: str, knobs: str) -> None:
     """The one-row kernels the block-column default leaves out (tuning overrides): x staged through
     the ring, from global memory a stage ahead in registers, or without, and the grid rule's choice."""
-    from torch_uqr.triton_kernels import dispatch, tuning
+    from torch_uqr.backends.cuda import dispatch, tuning
     with tuning.override(**ONE_ROW_VARIANTS[knobs]):
         for N, K in ((256, 512), (200, 1536), (8464, 2048)):
             w, W = _weight(fmt, N, K)
@@ -158,7 +158,7 @@ def test_int8_cuda_one_row_variants(cuda, fmt: str, knobs: str) -> None:
 def test_int8_cuda_dispatch_and_fallback(cuda) -> None:
     """path "int8" runs the kernel up to configs.INT8_AUTO_MAX_ROWS (its bits, not auto's) and path
     "auto" past it (batch counted), for fp32 x and for x heads narrower than a stage."""
-    from torch_uqr.triton_kernels import configs
+    from torch_uqr.backends.cuda import configs
     N, K = 256, 512
     for fmt in FORMATS:
         w, _ = _weight(fmt, N, K)
@@ -181,7 +181,7 @@ def test_int8_cuda_dispatch_and_fallback(cuda) -> None:
 
 
 def test_int8_cuda_errors(cuda) -> None:
-    from torch_uqr.triton_kernels.dispatch import gemm_cuda_route
+    from torch_uqr.backends.cuda.dispatch import gemm_cuda_route
     N, K = 64, 512
     w, _ = _weight("q4_0", N, K)
     wm = random_packed("mlx4", N, K, 64, seed=1, device="cuda")

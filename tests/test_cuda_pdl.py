@@ -35,13 +35,13 @@ def _needs_kernel():
 @pytest.fixture(params=[True, False], ids=["pdl", "no_pdl"])
 def pdl(request):
     """Each chain with the dependent launch as planned (on for sm_90) and turned off."""
-    from torch_uqr.triton_kernels import tuning
+    from torch_uqr.backends.cuda import tuning
     with tuning.override(pdl=None if request.param else False):
         yield request.param
 
 
 def _op(name: str):
-    from torch_uqr.triton_kernels import dispatch
+    from torch_uqr.backends.cuda import dispatch
     return {"_qmma_cuda": dispatch.run_qmma, "_int8_cuda": dispatch.run_int8, "_wgmma_cuda": dispatch.run_wgmma}[name]
 
 
@@ -71,7 +71,7 @@ def _run_chain(call, fmt: str, rows: int, g: int = 0, links: int = 5, ref=None):
 @pytest.mark.parametrize("fmt,g", [("q4_0", 0), ("q4_k", 0), ("mlx4", 64), ("ternary", 0)])
 @pytest.mark.parametrize("rows", [1, 16])
 def test_small_m_chain(fmt: str, g: int, rows: int, pdl: bool) -> None:
-    from torch_uqr.triton_kernels.dispatch import launch_plan
+    from torch_uqr.backends.cuda.dispatch import launch_plan
     x = torch.zeros(rows, K, device="cuda", dtype=torch.bfloat16)
     assert launch_plan("qmma", x, fmt, K, K, g).pdl == (pdl and torch.cuda.get_device_capability()[0] >= 9)
     _run_chain(lambda x, w: _op("_qmma_cuda")(x, w, fmt, K, K, g, 0, False), fmt, rows, g)
@@ -86,7 +86,7 @@ def test_int8_chain(fmt: str, rows: int, pdl: bool) -> None:
 
 @pytest.mark.parametrize("rows", [128, 7])
 def test_wgmma_chain(rows: int, pdl: bool) -> None:
-    from torch_uqr.triton_kernels.dispatch import wgmma_available
+    from torch_uqr.backends.cuda.dispatch import wgmma_available
     if torch.cuda.get_device_capability() != (9, 0) or not wgmma_available(torch.cuda.current_device()):
         pytest.skip("needs the sm_90 wgmma kernel")
     # N = 2048 makes 16 row tiles: both row counts split K in two, so the reduction kernel runs too.

@@ -33,7 +33,7 @@ _check = check_half
 
 
 def _qmma(x, w, fmt, N, K, g=0, out_heads=0, in_heads=False):
-    from torch_uqr.triton_kernels.dispatch import run_qmma
+    from torch_uqr.backends.cuda.dispatch import run_qmma
     return run_qmma(x, w, fmt, N, K, g, out_heads, in_heads)
 
 
@@ -74,8 +74,8 @@ def test_qmma_split_k_forced_splits(fmt: str, g: int, splits: int) -> None:
     """Split counts the default rule never picks (tuning knob split16_splits): 3 (not a power of
     two: uneven stage ranges at K = 4096) and 12 (1-2 stages a split at K = 4096; at K = 2816, 11
     stages, capped at one stage a split)."""
-    from torch_uqr.triton_kernels import tuning
-    from torch_uqr.triton_kernels.dispatch import launch_plan
+    from torch_uqr.backends.cuda import tuning
+    from torch_uqr.backends.cuda.dispatch import launch_plan
     with tuning.override(split16_splits=splits):
         x = torch.randn(12, 4096, device="cuda", dtype=torch.bfloat16)
         plan = launch_plan("qmma", x, fmt, 300, 4096, g)
@@ -112,7 +112,7 @@ def test_qmma_streamk_forced(fmt: str, g: int, knobs: str) -> None:
     equal power-of-two ways), stream-K everywhere with its kernel built for 128 registers, and the
     85-register build that q4_k and exl3 do not take by default (every format for the register
     builds: each has its own there; the others for q4_0, q4_k, mlx4 and exl3)."""
-    from torch_uqr.triton_kernels import tuning
+    from torch_uqr.backends.cuda import tuning
     if "wide" not in knobs and knobs != "narrow" and fmt not in ("q4_0", "q4_k", "mlx4", "exl3"):
         pytest.skip("grid overrides: four formats suffice")
     with tuning.override(**STREAMK_FORCED[knobs]):
@@ -129,7 +129,7 @@ def test_qmma_layouts(fmt: str) -> None:
 def test_qmma_dispatch_and_fallbacks() -> None:
     """gemm's auto path takes the kernel only where it fits; elsewhere Triton answers correctly."""
     import torch_uqr as uqr
-    from torch_uqr.triton_kernels import configs, dispatch
+    from torch_uqr.backends.cuda import configs, dispatch
     from packed_reference import random_packed, reference_dequantize
     N, K = 96, 512
     w = random_packed("q4_0", N, K, 0, seed=fresh_seed(), device="cuda")

@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from torch_uqr.triton_kernels.scratch_pipeline import chunk_rows, slice_bounds
+from torch_uqr.backends.cuda.scratch_pipeline import chunk_rows, slice_bounds
 
 from cuda_test_helpers import check_close, fresh_seed, poisoned_outputs  # noqa: F401 (fixture)
 
@@ -43,14 +43,14 @@ FORMATS = [("q4_0", 0), ("q4_k", 0), ("mlx4", 64), ("var_affine", 0), ("exl3", 0
 
 
 def _decoder():
-    from torch_uqr.triton_kernels.dispatch import scratch_decoder
+    from torch_uqr.backends.cuda.dispatch import scratch_decoder
     return scratch_decoder()
 
 
 @needs_cuda
 @pytest.mark.parametrize("fmt,g", FORMATS, ids=[f for f, _ in FORMATS])
 def test_pipelined_matches_reference(fmt: str, g: int) -> None:
-    from torch_uqr.triton_kernels.scratch_pipeline import scratch_pipelined
+    from torch_uqr.backends.cuda.scratch_pipeline import scratch_pipelined
     from packed_reference import random_packed, reference_dequantize
     N, K = 1000, 2304  # 1000 = 3 x 384 - 152: the last slice is short
     w = random_packed(fmt, N, K, g, seed=fresh_seed(), device="cuda")
@@ -68,7 +68,7 @@ def test_pipelined_matches_reference(fmt: str, g: int) -> None:
 
 @needs_cuda
 def test_pipelined_in_cuda_graph() -> None:
-    from torch_uqr.triton_kernels.scratch_pipeline import scratch_pipelined
+    from torch_uqr.backends.cuda.scratch_pipeline import scratch_pipelined
     from packed_reference import random_packed, reference_dequantize
     N, K, M = 1536, 1024, 65
     w = random_packed("q4_k", N, K, 0, seed=fresh_seed(), device="cuda")
@@ -90,7 +90,7 @@ def test_pipelined_in_cuda_graph() -> None:
 
 @needs_cuda
 def test_pipelined_rejects_bad_layouts() -> None:
-    from torch_uqr.triton_kernels.scratch_pipeline import scratch_pipelined
+    from torch_uqr.backends.cuda.scratch_pipeline import scratch_pipelined
     x = torch.randn(4, 64, device="cuda", dtype=torch.bfloat16)
     w = torch.zeros(8, 36, dtype=torch.uint8, device="cuda")
     with pytest.raises(ValueError, match="unit column stride"):
@@ -98,7 +98,7 @@ def test_pipelined_rejects_bad_layouts() -> None:
 
 
 def test_pipeline_table_lookup(monkeypatch) -> None:
-    from torch_uqr.triton_kernels import configs
+    from torch_uqr.backends.cuda import configs
     monkeypatch.setattr(configs, "SCRATCH_PIPELINE", ((512, 8192, 4, 2, 0.0), (2048, 8192, 8, 3, 0.3),
                                                       (4096, 0, 1, 1, 0.0)))
     assert configs.scratch_pipeline_for(511, 14336) is None
@@ -113,7 +113,7 @@ def test_pipeline_table_lookup(monkeypatch) -> None:
 @needs_cuda
 def test_gemm_uses_pipeline_end_to_end(monkeypatch, poisoned_outputs) -> None:
     """gemm_cuda_route's scratch kernel with a pipeline entry in force, plain and batched x."""
-    from torch_uqr.triton_kernels import configs, dispatch
+    from torch_uqr.backends.cuda import configs, dispatch
     from packed_reference import random_packed, reference_dequantize
     monkeypatch.setattr(configs, "SCRATCH_PIPELINE", ((1, 1, 3, 2, 0.25),))
     calls = []

@@ -20,7 +20,7 @@ pytestmark = pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.get_
 @pytest.fixture(autouse=True)
 def _needs_kernel():
     ops = pytest.importorskip("torch_uqr.ops")
-    from torch_uqr.triton_kernels.dispatch import wgmma_available
+    from torch_uqr.backends.cuda.dispatch import wgmma_available
     if not ops.op_available() or not wgmma_available(torch.cuda.current_device()):
         pytest.skip("torch_uqr._C was built without the wgmma kernel")
     from cuda_test_helpers import poisoned
@@ -29,7 +29,7 @@ def _needs_kernel():
 
 
 def _wgmma(x, w, fmt, N, K, g=0, out_heads=0, in_heads=False):
-    from torch_uqr.triton_kernels.dispatch import run_wgmma
+    from torch_uqr.backends.cuda.dispatch import run_wgmma
     return run_wgmma(x, w, fmt, N, K, g, out_heads, in_heads)
 
 
@@ -57,7 +57,7 @@ def test_wgmma_layouts(fmt: str) -> None:
 
 def test_wgmma_large_m_and_errors() -> None:
     """A 2047-row call on a full-size shape, the dispatcher's kernel override, and refusals."""
-    from torch_uqr.triton_kernels.dispatch import gemm_cuda_route
+    from torch_uqr.backends.cuda.dispatch import gemm_cuda_route
     from packed_reference import random_packed, reference_dequantize
     N, K = 4096, 4096
     w = random_packed("q4_k", N, K, 0, seed=fresh_seed(), device="cuda")
@@ -99,8 +99,8 @@ WGMMA_FORCED = {"bm64": dict(wgmma_bm=64), "bm128": dict(wgmma_bm=128), "ctas1":
 def test_wgmma_forced_config(fmt: str, g: int, knobs: str) -> None:
     """Column tiles and CTAs an SM the default does not pick for these rows (tuning overrides; a
     build whose stages do not fit keeps the default's), and the dependent launch off."""
-    from torch_uqr.triton_kernels import tuning
-    from torch_uqr.triton_kernels.dispatch import launch_plan
+    from torch_uqr.backends.cuda import tuning
+    from torch_uqr.backends.cuda.dispatch import launch_plan
     from packed_reference import random_packed, reference_dequantize
     N, K = 264, 3072
     w = random_packed(fmt, N, K, g, seed=fresh_seed(), device="cuda")

@@ -92,8 +92,9 @@ def test_a_plain_format_is_named_in_few_files(name: str) -> None:
     touches (the default model, a GGUF Q4_1 file with a Q8_0 output layer, is named in its loader
     and CLI as data, not as a list of formats)."""
     files = _files_naming(name) - {f"torch_uqr/formats/{name}.py"}
-    model_data = {"torch_uqr/generate.py", "torch_uqr/llama.py", "torch_uqr/loaders/__init__.py",
-                  "torch_uqr/loaders/gguf.py", "torch_uqr/model_swap.py", "torch_uqr/__init__.py"}
+    model_data = {"torch_uqr/cli/generate.py", "torch_uqr/models/llama.py", "torch_uqr/loaders/__init__.py",
+                  "torch_uqr/loaders/gguf.py", "torch_uqr/nn/swap.py", "torch_uqr/__init__.py",
+                  "torch_uqr/models/llama.py", "torch_uqr/cli/generate.py"}
     rest = files - ALLOWED_BASE - model_data
     # One kernel slot a backend is allowed: CPU decoder table, CUDA traits, Metal loader, Triton decoder,
     # and the CUDA switch files that instantiate kernels per format.

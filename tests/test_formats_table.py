@@ -1,6 +1,6 @@
 """``python -m torch_uqr formats`` on a small matrix: every row present, numbers consistent."""
 import torch_uqr as uqr
-from torch_uqr import formats_table
+from torch_uqr.cli import formats as formats_table
 
 
 def test_formats_command_prints_every_format(capsys):

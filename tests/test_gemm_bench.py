@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import json
 
-from torch_uqr import bench
+from torch_uqr.cli import bench
 
 
 def test_bench_tiny_run_writes_json(tmp_path, capsys):

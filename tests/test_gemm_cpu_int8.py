@@ -119,7 +119,7 @@ def test_int8_errors():
     meta_q4 = uqr.QTensor(q4.data.to("meta"), "q4_0", (48, 256))
     with pytest.raises(ValueError, match="path='int8' for fmt 'q4_0' exists only on the cpu and cuda backends.*'meta'"):
         uqr.gemm(torch.empty(2, 256, device="meta"), meta_q4, path="int8")
-    from torch_uqr import metal_emu
+    from torch_uqr.backends import metal as metal_emu
     with pytest.raises(ValueError, match="path='int8'.*Metal shaders do not have it"):
         metal_emu.gemm(randn(2, 256), q4.data, "q4_0", 48, 256, 0, 0, False, "int8")
 

@@ -1,10 +1,10 @@
-"""torch_uqr.layout (the Python mirror of params.h): offsets address exactly the right elements."""
+"""torch_uqr.backends.strides (the Python mirror of params.h): offsets address exactly the right elements."""
 from __future__ import annotations
 
 import pytest
 import torch
 
-from torch_uqr import layout
+from torch_uqr.backends import strides as layout
 
 
 def storage_view(t: torch.Tensor) -> torch.Tensor:

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from torch_uqr import bench
-from torch_uqr.metal_emu.source import REPO_ROOT
+from torch_uqr.cli import bench
+from torch_uqr.backends.metal.source import REPO_ROOT
 
 SCRIPT = REPO_ROOT / "scripts" / "mac_check.sh"
 

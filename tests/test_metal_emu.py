@@ -10,8 +10,8 @@ import pytest
 import torch
 
 import torch_uqr as uqr
-from torch_uqr import metal_emu
-from torch_uqr.metal_emu import source
+from torch_uqr.backends import metal as metal_emu
+from torch_uqr.backends.metal import source
 from gemm_helpers import FORMAT_CASES, FORMAT_IDS, assert_close, randn, reference, weights
 
 N, K = 70, 256

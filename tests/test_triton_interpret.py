@@ -28,7 +28,7 @@ needs_triton = pytest.mark.skipif(importlib.util.find_spec("triton") is None,
 
 def _cases(fmt: str) -> list[dict]:
     """Small shapes covering small-M (split-K) and large-M configs, layouts and paths."""
-    from torch_uqr.triton_kernels.configs import GemmConfig, VecConfig
+    from torch_uqr.backends.cuda.configs import GemmConfig, VecConfig
     small = GemmConfig(BN=16, BM=16, NS=2, SPLIT_K=3)   # several K tiles in splits of 2, last short
     large = GemmConfig(BN=32, BM=32, NS=4, SPLIT_K=1)
     K = {"q4_k": 256, "var_affine": 256, "exl3": 256, "mlx4": 192}.get(fmt, 160)
@@ -52,8 +52,8 @@ def run_format(fmt: str) -> None:
     """Run every case of ``fmt`` (called in the interpreter subprocess); raise on any failure."""
     assert os.environ.get("TRITON_INTERPRET") == "1"
     import torch
-    from torch_uqr.triton_kernels.dequant import dequantize_triton
-    from torch_uqr.triton_kernels.dispatch import gemm_cuda_route
+    from torch_uqr.backends.cuda.dequant import dequantize_triton
+    from torch_uqr.backends.cuda.dispatch import gemm_cuda_route
     from packed_reference import random_packed, reference_dequantize
 
     gen = torch.Generator().manual_seed(int.from_bytes(os.urandom(4), "little"))
@@ -137,7 +137,7 @@ def test_triton_kernels_interpreted(fmt: str, interpreted_results: dict) -> None
 def test_triton_argument_errors() -> None:
     """Bad arguments raise ValueError naming the argument (checked before any launch)."""
     import torch
-    from torch_uqr.triton_kernels.dispatch import gemm_cuda_route
+    from torch_uqr.backends.cuda.dispatch import gemm_cuda_route
     w = torch.zeros(8, 18 * 2, dtype=torch.uint8)
     x = torch.randn(2, 64)
     with pytest.raises(ValueError, match="path"):
@@ -160,7 +160,7 @@ def test_reference_agrees_with_formats_package(fmt: str) -> None:
     """The kernels' float64 oracle and block geometry match torch_uqr's own quantizer/decoder."""
     import torch
     import torch_uqr as uqr
-    from torch_uqr.triton_kernels.formats_meta import block_geometry
+    from torch_uqr.backends.cuda.formats_meta import block_geometry
     from packed_reference import reference_dequantize
     if not callable(getattr(uqr, "quantize", None)):
         pytest.skip("torch_uqr.quantize is not available")

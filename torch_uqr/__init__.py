@@ -8,7 +8,7 @@ from .qtensor import QTensor, formats, quantize, dequantize
 from .interop import from_mlx, to_mlx, from_bitnet, from_gguf_ternary
 from .ops import gemm
 from . import nn
-from .model_swap import quantize_model
+from .nn import quantize_model
 from .loaders import load_gguf, load_mlx, load_bitnet
 
 __all__ = [

@@ -6,10 +6,10 @@ import sys
 def main(argv=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     commands = {
-        "bench": ("torch_uqr.bench", "router benchmark: formats x M x shapes against dequantize+matmul"),
-        "formats": ("torch_uqr.formats_table", "bits per weight, error and quantize time of every format"),
-        "generate": ("torch_uqr.generate", "run a GGUF llama-architecture model (default: SmolLM2-135M)"),
-        "eval": ("torch_uqr.evaluate", "perplexity of the default model in every format"),
+        "bench": ("torch_uqr.cli.bench", "router benchmark: formats x M x shapes against dequantize+matmul"),
+        "formats": ("torch_uqr.cli.formats", "bits per weight, error and quantize time of every format"),
+        "generate": ("torch_uqr.cli.generate", "run a GGUF llama-architecture model (default: SmolLM2-135M)"),
+        "eval": ("torch_uqr.cli.evaluate", "perplexity of the default model in every format"),
     }
     if not argv or argv[0] in ("-h", "--help") or argv[0] not in commands:
         p = argparse.ArgumentParser(prog="python -m torch_uqr")

@@ -2,7 +2,7 @@
 
 ``gemm(x, qt)`` checks its arguments with errors that name the offending argument, then calls the
 registered operator: C++ kernels on CPU (``torch_uqr._C``), Triton kernels on CUDA
-(``torch_uqr.triton_kernels.register``, imported only when CUDA is present), Metal on MPS, or the
+(``torch_uqr.backends.cuda.register``, imported only when CUDA is present), Metal on MPS, or the
 Metal shaders in the CPU emulator with ``backend="metal-emu"``. A fake (meta) kernel makes the op
 traceable by ``torch.compile(fullgraph=True)``.
 """
@@ -12,7 +12,7 @@ from typing import Any, Optional
 
 import torch
 
-from . import layout
+from .backends import strides as layout
 from .formats import table
 
 __all__ = ["gemm", "FORMATS", "PATHS", "op_available"]
@@ -44,7 +44,7 @@ if _load_error is None:
 
     if torch.cuda.is_available():
         try:
-            from .triton_kernels import register as _cuda_register  # noqa: F401
+            from .backends.cuda import register as _cuda_register  # noqa: F401
         except ImportError as exc:  # triton or the CUDA module missing: CPU keeps working
             _cuda_error = exc
 
@@ -131,7 +131,7 @@ def gemm(x: torch.Tensor, qt: Any, out_heads: Optional[int] = None, in_heads: bo
                              f"backends with backend=None, not on {where!r}")
     group_size = int(qt.group_size) if row.grouped else 0
     if backend == "metal-emu":
-        from . import metal_emu
+        from .backends import metal as metal_emu
         return metal_emu.gemm(x, w, qt.fmt, N, K, group_size, heads, in_heads, path)
     _require_op()
     if x.device.type == "cuda" and _cuda_error is not None:
@@ -145,9 +145,9 @@ def poison_outputs(enabled: bool = True) -> None:
 
     Process-wide, until called again with ``enabled=False``. Sets the flag the C++ ops read
     (``uqr::_set_poison``: CPU, MPS and the CUDA C++ kernels) and its Python mirror, which the Triton
-    kernels' output allocation reads (``torch_uqr.triton_kernels.layout.set_poison``).
+    kernels' output allocation reads (``torch_uqr.backends.cuda.layout.set_poison``).
     """
     if _load_error is None:
         torch.ops.uqr._set_poison(bool(enabled))
-    from .triton_kernels import layout as _triton_layout  # imports no Triton
+    from .backends.cuda import layout as _triton_layout  # imports no Triton
     _triton_layout.set_poison(enabled)

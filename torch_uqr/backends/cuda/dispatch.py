@@ -34,7 +34,7 @@ from typing import Callable, Optional, Sequence
 
 import torch
 
-from ..formats import table as format_table
+from ...formats import table as format_table
 from . import configs, tuning
 from .configs import GemmConfig, VecConfig
 from .dequant import dequantize_cuda, dequantize_triton

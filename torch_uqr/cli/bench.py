@@ -12,7 +12,7 @@ column is the median time to read the packed bytes once (``torch.sum`` of the co
 int64, same rotation and thread count as the timed calls): how close a row is to memory speed
 (or LLC speed with ``--hot``). On CPU, formats with path "int8" (in the format table) get a
 second row at M <= ``INT8_MAX_M`` beside "auto": its error column is a few 1e-3 by design (x is rounded
-to int8 per 32 elements, q4_k / var_affine / exl3 per 256, mlx4 per group), not a kernel defect. ``--device cuda`` hands over to ``torch_uqr.bench_cuda``. On ``--device mps``
+to int8 per 32 elements, q4_k / var_affine / exl3 per 256, mlx4 per group), not a kernel defect. ``--device cuda`` hands over to ``torch_uqr.cli.bench_cuda``. On ``--device mps``
 a second table times, in the same run, the peers a Mac user would otherwise reach for: torch's own
 fp16 matmul on dense weights and, when ``mlx`` is importable, MLX's ``mx.quantized_matmul`` (4-bit,
 the row's mlx4 group size, else 64) at the same shape and M.
@@ -31,9 +31,9 @@ from typing import Callable, Optional
 
 import torch
 
-from . import ops
-from .formats import table as fmt_table
-from .qtensor import QTensor, dequantize
+from .. import ops
+from ..formats import table as fmt_table
+from ..qtensor import QTensor, dequantize
 
 # llama.cpp's own CPU kernels (ggml, native flags) on the 2-core dev machine, 4096 x 4096, ms
 # (issue 3); torch's fp32 matmul on dense weights measured there too.
@@ -314,7 +314,7 @@ def main(argv: Optional[list[str]] = None) -> int:
                        else "cpu")
     if device_name == "cuda":
         if args.hot:
-            raise SystemExit("--hot is a mode of the CPU/MPS bench; the CUDA bench (torch_uqr.bench_cuda) "
+            raise SystemExit("--hot is a mode of the CPU/MPS bench; the CUDA bench (torch_uqr.cli.bench_cuda) "
                              "has its own timing and does not take it")
         from . import bench_cuda
         return int(bench_cuda.main(_without_device(argv)) or 0)

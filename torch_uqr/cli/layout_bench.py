@@ -33,7 +33,7 @@ def _transposing_twin(attn, config):
     """transformers' LlamaAttention over the same packed weights (plain-layout QuantLinears)."""
     from transformers.models.llama.modeling_llama import LlamaAttention
 
-    from .nn import QuantLinear
+    from ..nn import QuantLinear
 
     with torch.device("meta"):
         twin = LlamaAttention(config, attn.layer_idx)
@@ -92,7 +92,7 @@ def main(argv=None) -> int:
     p.add_argument("--reps", type=int, default=9)
     p.add_argument("--out", default=None)
     args = p.parse_args(sys.argv[1:] if argv is None else argv)
-    from .llama import load_llama
+    from ..models.llama import load_llama
 
     lm = load_llama(device=args.device)
     md = table(compare_layout(lm, reps=args.reps))

@@ -20,7 +20,7 @@ from typing import Optional
 
 import torch
 
-DATA_FILE = os.path.join(os.path.dirname(__file__), "data", "julius_caesar_act1_sc1-2.txt")
+DATA_FILE = os.path.join(os.path.dirname(os.path.dirname(__file__)), "data", "julius_caesar_act1_sc1-2.txt")
 
 
 @dataclass
@@ -67,7 +67,7 @@ def score(model, ids: torch.Tensor, window: int, ref_top1: Optional[list] = None
 
 
 def _linear_bits(model) -> tuple[float, int]:
-    from .nn import QuantLinear
+    from ..nn import QuantLinear
 
     bits = weights = 0
     for m in model.modules():
@@ -84,7 +84,7 @@ def run_eval(formats: list[str], *, max_tokens: Optional[int] = None, window: in
              device: str = "cpu", fallback: str = "pad", include_float: bool = True,
              include_native: bool = True, log=print) -> list[EvalRow]:
     """Evaluate the default GGUF model: float, native blocks, then each format in ``formats``."""
-    from .llama import default_gguf_path, load_gguf, load_llama, load_reference, load_tokenizer
+    from ..models.llama import default_gguf_path, load_gguf, load_llama, load_reference, load_tokenizer
 
     path = default_gguf_path()
     tokenizer = load_tokenizer(path)
@@ -136,7 +136,7 @@ def table(rows: list[EvalRow]) -> str:
 
 
 def parse_args(argv):
-    from .qtensor import formats as all_formats
+    from ..qtensor import formats as all_formats
 
     p = argparse.ArgumentParser(prog="python -m torch_uqr eval", description=__doc__.split("\n")[0])
     p.add_argument("--formats", default=",".join(all_formats()),

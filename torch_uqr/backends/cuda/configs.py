@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from ..formats import table as format_table
+from ...formats import table as format_table
 
 
 @dataclass(frozen=True)

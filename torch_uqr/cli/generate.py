@@ -118,7 +118,7 @@ def generate(model, tokenizer, ids: torch.Tensor, max_new_tokens: int, *, temper
 
 def main(argv=None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
-    from .llama import load_llama
+    from ..models.llama import load_llama
 
     torch.manual_seed(args.seed)
     opts = {"group_size": args.group_size} if args.group_size else {}

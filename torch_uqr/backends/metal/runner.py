@@ -1,6 +1,6 @@
 """Calls the emulated Metal kernels on CPU tensors: the ``metal-emu`` backend of ``uqr.gemm``.
 
-Arguments are those of ``torch.ops.uqr.gemm``. Strides come from ``torch_uqr.layout`` (the Python
+Arguments are those of ``torch.ops.uqr.gemm``. Strides come from ``torch_uqr.backends.strides`` (the Python
 mirror of params.h), the kernel choice and grid from csrc/mps/launch.h compiled into the emulator,
 so this module only marshals tensors. The output is filled with NaN before the kernels run: any
 element they fail to write stays NaN, which is how the tests prove outputs are fully written.
@@ -13,9 +13,9 @@ from dataclasses import dataclass
 
 import torch
 
-from .. import layout
-from ..formats import layout as format_layout
-from ..formats import table as format_table
+from .. import strides as layout
+from ...formats import layout as format_layout
+from ...formats import table as format_table
 from .build import build
 
 __all__ = ["DTYPES", "FORMAT_IDS", "PATHS", "Params", "Request", "prepare", "gemm", "kernel_name"]

@@ -7,7 +7,7 @@ from typing import Callable, Iterable, Optional, Union
 
 from torch import nn
 
-from .nn import QuantLinear, block_size_of
+from .linear import QuantLinear, block_size_of
 
 __all__ = ["quantize_model", "SwapSummary", "layer_format"]
 

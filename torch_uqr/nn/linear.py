@@ -13,8 +13,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from . import ops
-from .qtensor import QTensor, quantize
+from .. import ops
+from ..qtensor import QTensor, quantize
 
 __all__ = ["QuantLinear", "save_quantized", "load_quantized"]
 
@@ -190,7 +190,7 @@ class QuantLinear(nn.Module):
 
 def block_size_of(fmt: str, **opts) -> int:
     """Elements per block of ``fmt`` along K (mlx4: its group size, default 64)."""
-    from .formats import layout
+    from ..formats import layout
 
     return layout(fmt, opts.get("group_size"))[0]
 

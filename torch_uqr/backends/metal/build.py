@@ -1,7 +1,7 @@
 """Compiles the real shader source, as C++ against the Metal shim, into the emulator binaries.
 
 Three variants, cached by a hash of everything that goes into them (source text, shim, flags,
-compiler version) under ``$UQR_CACHE_DIR`` or ``~/.cache/torch_uqr/metal_emu``:
+compiler version) under ``$UQR_CACHE_DIR`` or ``~/.cache/torch_uqr/backends/metal``:
 
 * ``"lib"``: a shared library the Python runner calls through ctypes (optimised);
 * ``"asan"`` / ``"tsan"``: stand-alone executables built with AddressSanitizer / ThreadSanitizer.
@@ -18,7 +18,7 @@ import subprocess
 from pathlib import Path
 from typing import Iterable
 
-from ..formats import table as format_table
+from ...formats import table as format_table
 from .source import LAUNCH_HEADER, SHADER_MAIN, flatten, strip_attributes
 
 __all__ = ["VARIANTS", "cache_root", "translation_unit", "build"]

@@ -6,8 +6,8 @@ import time
 
 import torch
 
-from .formats import table as format_table
-from .qtensor import dequantize, quantize
+from ..formats import table as format_table
+from ..qtensor import dequantize, quantize
 
 __all__ = ["main", "measure"]
 

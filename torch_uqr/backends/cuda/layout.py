@@ -1,6 +1,6 @@
-"""Adapter from the shared stride description (``torch_uqr.layout``) to the Triton launches.
+"""Adapter from the shared stride description (``torch_uqr.backends.strides``) to the Triton launches.
 
-``torch_uqr.layout.plan`` decides the strides (params.h's rules, one copy of them for every
+``torch_uqr.backends.strides.plan`` decides the strides (params.h's rules, one copy of them for every
 backend); this module only allocates y and hands the kernels their eight stride arguments.
 """
 from __future__ import annotations
@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .. import layout as shared_layout
+from .. import strides as shared_layout
 
 
 @dataclass

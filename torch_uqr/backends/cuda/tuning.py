@@ -6,7 +6,7 @@ below override single rules; the defaults (every field ``None``) give the measur
 ``override`` sets them for a ``with`` block (per thread / asyncio task, through a context
 variable), so a test or benchmark compares two plans in one process::
 
-    from torch_uqr.triton_kernels import tuning
+    from torch_uqr.backends.cuda import tuning
     with tuning.override(pdl=False, split16_splits=3):
         y = torch_uqr.gemm(x, qt)
 

@@ -24,7 +24,7 @@ from typing import Callable
 
 import torch
 
-from .formats import table as format_table
+from ..formats import table as format_table
 
 FORMATS = format_table.NAMES
 SHAPES = ((4096, 4096), (14336, 4096), (4096, 14336))
@@ -114,7 +114,7 @@ def _checked_timed_row(call: Callable[[int], torch.Tensor], n_sets: int, ref: to
                        K: int, M: int, fmt: str, kernel: str, wbytes: int) -> dict:
     """Check ``call(0)`` against ``ref`` (output NaN-poisoned, so an unwritten element shows), time
     ``call(j)`` over the ``n_sets`` rotating weight sets, print and return the row."""
-    from .ops import poison_outputs
+    from ..ops import poison_outputs
     poison_outputs(True)
     try:
         err = _errors(call(0), ref)
@@ -130,7 +130,7 @@ def _checked_timed_row(call: Callable[[int], torch.Tensor], n_sets: int, ref: to
 
 def _random_packed(fmt: str, N: int, K: int, group_size: int, seed: int, device: str) -> torch.Tensor:
     """Random valid blocks of ``fmt`` (the format module's generator), on ``device``."""
-    from .formats import get
+    from ..formats import get
     gen = torch.Generator().manual_seed(seed)
     return get(fmt).random_blocks(N, K, gen, group_size).to(device)
 
@@ -143,16 +143,16 @@ def _rotating_copies(w: torch.Tensor, n: int) -> list[torch.Tensor]:
 
 def _reference(w: torch.Tensor, fmt: str, N: int, K: int, group_size: int) -> torch.Tensor:
     """The format module's exact decode, in float64 on w's device (every output is checked)."""
-    from .formats import get
+    from ..formats import get
     return get(fmt).decode(w.cpu(), N, K, group_size).double().to(w.device)
 
 
 def bench_shape(N: int, K: int, Ms, formats, reps: int, l2: int, rows: list) -> None:
     """Time and check every format and peer on one weight shape, appending rows."""
-    from .triton_kernels import configs
-    from .triton_kernels.configs import QMMA_MID_MAX_ROWS as QMMA_BENCH_MAX_M
-    from .triton_kernels.dispatch import gemm_cuda_route, int8_available, int8_fits, qmma_available, qmma_fits, wgmma_fits
-    from .triton_kernels.formats_meta import block_geometry
+    from ..backends.cuda import configs
+    from ..backends.cuda.configs import QMMA_MID_MAX_ROWS as QMMA_BENCH_MAX_M
+    from ..backends.cuda.dispatch import gemm_cuda_route, int8_available, int8_fits, qmma_available, qmma_fits, wgmma_fits
+    from ..backends.cuda.formats_meta import block_geometry
 
     dev = "cuda"
     x_max = max(Ms)
@@ -233,8 +233,8 @@ def bench_shape(N: int, K: int, Ms, formats, reps: int, l2: int, rows: list) -> 
 
 def sweep(reps: int, l2: int) -> list:
     """Time candidate tensor-core configurations per M bucket on q4_0 / q4_k 14336x4096."""
-    from .triton_kernels.configs import GemmConfig, VecConfig
-    from .triton_kernels.dispatch import gemm_cuda_route
+    from ..backends.cuda.configs import GemmConfig, VecConfig
+    from ..backends.cuda.dispatch import gemm_cuda_route
     N, K = 14336, 4096
     row_cands = [VecConfig(32, 4, 4), VecConfig(32, 4, 4, 4, True), VecConfig(16, 8, 4, 4, True),
                  VecConfig(64, 4, 4, 4, True), VecConfig(32, 8, 4, 4, True), VecConfig(16, 4, 8, 4, True),
@@ -259,7 +259,7 @@ def sweep(reps: int, l2: int) -> list:
                        if ms == ms else {"max_rel_err": float("nan")})
                 out.append({"fmt": fmt, "M": M, "kernel": kern, "config": c.__dict__, "ms": ms, **err})
                 print(f"  sweep {fmt} M={M:5d} {c} {ms*1e3:9.1f} us err {err['max_rel_err']:.1e}", flush=True)
-        from .triton_kernels.dequant import dequantize_triton
+        from ..backends.cuda.dequant import dequantize_triton
         for tile in ((8, 16, 4),):
             ms = _time_calls([lambda j=j: dequantize_triton(W[j], fmt, N, K, 0, torch.bfloat16, tile=tile)
                               for j in range(6)], reps)

@@ -2,7 +2,7 @@
 (``torch_uqr/formats/table.py``; the same ids as ``enum uqr_format`` in C)."""
 from __future__ import annotations
 
-from ..formats.table import BY_NAME, NAMES, TABLE, quoted_names
+from ...formats.table import BY_NAME, NAMES, TABLE, quoted_names
 
 # Integer codes the kernels branch on as constexprs.
 FORMAT_CODES: dict[str, int] = {f.name: f.id for f in TABLE}

