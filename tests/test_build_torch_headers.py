@@ -8,7 +8,6 @@ Syntax-only compiles (``-fsyntax-only``; nvcc to PTX for one target), so the che
 from __future__ import annotations
 
 import glob
-import importlib.util
 import os
 import shutil
 import subprocess
@@ -20,6 +19,8 @@ import pytest
 import torch
 from torch.utils.cpp_extension import include_paths
 
+from build_flags import load_setup
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 HEADERS_DIR = os.path.join(ROOT, ".torch-headers")  # scripts/torch_headers.sh unpacks here
 CXX = shutil.which("g++") or shutil.which("c++")
@@ -27,15 +28,7 @@ NVCC = shutil.which("nvcc") or (
     "/usr/local/cuda/bin/nvcc" if os.path.exists("/usr/local/cuda/bin/nvcc") else None)
 
 
-def _setup_module():
-    """setup.py loaded under another name: its flag helpers, without running setup()."""
-    spec = importlib.util.spec_from_file_location("uqr_setup_flags", os.path.join(ROOT, "setup.py"))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-SETUP = _setup_module()
+SETUP = load_setup()
 
 
 def _header_sets() -> list[tuple[str, list[str]]]:

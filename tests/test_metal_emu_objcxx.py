@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from build_flags import load_setup
 from torch_uqr.backends.metal.source import REPO_ROOT, write_embedded_header
 
 CLANG = shutil.which("clang++") or shutil.which("clang")
@@ -28,7 +29,9 @@ pytestmark = pytest.mark.skipif(
 STUBS = REPO_ROOT / "tests" / "objcxx"
 GLUE = sorted((REPO_ROOT / "csrc" / "mps").glob("*.mm"))
 MAIN_GLUE = REPO_ROOT / "csrc" / "mps" / "gemm_mps.mm"
-FLAGS = ["-fsyntax-only", "-x", "objective-c++", "-std=c++17", "-Wno-c++20-extensions", "-fobjc-arc",
+# The C++ standard setup.py would pass with the installed torch (C++20 from torch 2.14 on).
+FLAGS = ["-fsyntax-only", "-x", "objective-c++", f"-std={load_setup().cxx_standard()}",
+         "-Wno-c++20-extensions", "-fobjc-arc",
          "-fblocks", "-fobjc-runtime=macosx-13.0", "-DUQR_WITH_MPS=1", "-Werror=deprecated-declarations"]
 SDKS = [13, 15]  # tests/objcxx/Availability.h: macOS 13 SDK, current SDK
 
