@@ -15,7 +15,7 @@ MODE=${1:-full}; shift || true
 case "$MODE" in full|quick|checks) ;; *) echo "usage: $0 [full|quick|checks] [bench args...]" >&2; exit 2 ;; esac
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/uqr_out}; mkdir -p "$OUT"
-export PYTHONUNBUFFERED=1 PYTHONPATH=.${PYTHONPATH:+:$PYTHONPATH}
+export PYTHONUNBUFFERED=1 PYTHONPATH=.:tests${PYTHONPATH:+:$PYTHONPATH}
 LOG="$OUT/run.log"
 {
   date -u; nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,memory.used --format=csv
@@ -38,7 +38,6 @@ CASES = {
     "dequant_cuda, string in message": "torch.ops.uqr._dequant_cuda(w, 'q5_0', N, K, 0, out)",
     "gemm on CPU, K=500": "torch.ops.uqr.gemm(x.cpu(), w.cpu(), 'q4_0', N, 500, 0, 0, False, 'auto')",
     "gemm on CUDA, K=500": "torch.ops.uqr.gemm(x, w, 'q4_0', N, 500, 0, 0, False, 'auto')",
-    "qmma_cuda, K=500": "torch.ops.uqr._qmma_cuda(x, w, 'q4_0', N, 500, 0, 0, False)",
 }
 PRELUDE = '''
 import torch, torch_uqr
@@ -60,48 +59,48 @@ PY
   echo "== compute-sanitizer (memcheck, small cases of every kernel)"
   timeout 240 compute-sanitizer --tool memcheck --print-limit 20 python3 - <<'PY' 2>&1 | tail -8
 import torch
-from torch_uqr.backends.cuda.dispatch import gemm_triton
+from torch_uqr.backends.cuda.dispatch import gemm_cuda_route
 from packed_reference import random_packed
 for fmt in ("q4_0", "var_affine", "ternary"):  # Triton: split-K, heads, vec
     w = random_packed(fmt, 72, 512, 0, seed=1, device="cuda")
     x = torch.randn(2, 4, 37, 128, device="cuda", dtype=torch.bfloat16)
-    gemm_triton(x, w, fmt, 72, 512, 0, out_heads=3, in_heads=True)
-    gemm_triton(torch.randn(512, device="cuda"), w, fmt, 72, 512)
+    gemm_cuda_route(x, w, fmt, 72, 512, 0, out_heads=3, in_heads=True)
+    gemm_cuda_route(torch.randn(512, device="cuda"), w, fmt, 72, 512)
     if fmt == "ternary":
-        gemm_triton(x, w, fmt, 72, 512, 0, out_heads=3, in_heads=True, path="vec")
+        gemm_cuda_route(x, w, fmt, 72, 512, 0, out_heads=3, in_heads=True, path="vec")
 for fmt, g in (("q4_0", 0), ("q4_k", 0), ("mlx4", 128), ("q8_0", 0), ("var_affine", 0), ("exl3", 0)):  # tensor-core kernels
     w = random_packed(fmt, 37, 1024, g, seed=2, device="cuda")
     for rows in (1, 9, 16):
-        gemm_triton(torch.randn(rows, 1024, device="cuda", dtype=torch.bfloat16), w, fmt, 37, 1024, g, kernel="qmma")
-    gemm_triton(torch.randn(2, 2, 4, 512, device="cuda", dtype=torch.float16), w, fmt, 37, 1024, g,
+        gemm_cuda_route(torch.randn(rows, 1024, device="cuda", dtype=torch.bfloat16), w, fmt, 37, 1024, g, kernel="qmma")
+    gemm_cuda_route(torch.randn(2, 2, 4, 512, device="cuda", dtype=torch.float16), w, fmt, 37, 1024, g,
                 out_heads=1, in_heads=True, kernel="qmma")
     for rows in (12, 17, 70):  # mid-M kernel: split K (12 rows), partial column tiles, rows past N
-        gemm_triton(torch.randn(rows, 1024, device="cuda", dtype=torch.bfloat16), w, fmt, 37, 1024, g, kernel="qmma")
+        gemm_cuda_route(torch.randn(rows, 1024, device="cuda", dtype=torch.bfloat16), w, fmt, 37, 1024, g, kernel="qmma")
 for fmt, g in (("q4_k", 0), ("mlx4", 128), ("var_affine", 0)):  # 9-16 rows: K split 8 / 4 ways, heads
     w = random_packed(fmt, 300, 4096, g, seed=8, device="cuda")
-    gemm_triton(torch.randn(11, 4096, device="cuda", dtype=torch.bfloat16), w, fmt, 300, 4096, g, kernel="qmma")
-    gemm_triton(torch.randn(2, 2, 8, 2048, device="cuda", dtype=torch.float16), w, fmt, 300, 4096, g,
+    gemm_cuda_route(torch.randn(11, 4096, device="cuda", dtype=torch.bfloat16), w, fmt, 300, 4096, g, kernel="qmma")
+    gemm_cuda_route(torch.randn(2, 2, 8, 2048, device="cuda", dtype=torch.float16), w, fmt, 300, 4096, g,
                 out_heads=3, in_heads=True, kernel="qmma")
 for fmt, g in (("q4_0", 0), ("mlx4", 64)):  # 9-16 rows, stream-K over 71 row tiles (ranges cross tiles)
     w = random_packed(fmt, 9000, 4096, g, seed=9, device="cuda")
-    gemm_triton(torch.randn(16, 4096, device="cuda", dtype=torch.bfloat16), w, fmt, 9000, 4096, g, kernel="qmma")
+    gemm_cuda_route(torch.randn(16, 4096, device="cuda", dtype=torch.bfloat16), w, fmt, 9000, 4096, g, kernel="qmma")
 if torch.cuda.get_device_capability()[0] == 9:
     for fmt, g in (("q4_0", 0), ("mlx4", 128), ("exl3", 0)):  # Hopper wgmma kernel: split K, heads, partial tiles
         w = random_packed(fmt, 37, 2048, g, seed=5, device="cuda")
         for rows in (17, 70, 130):
-            gemm_triton(torch.randn(rows, 2048, device="cuda", dtype=torch.bfloat16), w, fmt, 37, 2048, g, kernel="wgmma")
-        gemm_triton(torch.randn(2, 2, 40, 1024, device="cuda", dtype=torch.float16), w, fmt, 37, 2048, g,
+            gemm_cuda_route(torch.randn(rows, 2048, device="cuda", dtype=torch.bfloat16), w, fmt, 37, 2048, g, kernel="wgmma")
+        gemm_cuda_route(torch.randn(2, 2, 40, 1024, device="cuda", dtype=torch.float16), w, fmt, 37, 2048, g,
                     out_heads=1, in_heads=True, kernel="wgmma")
 for fmt in ("q4_0", "q4_k"):  # int8 kernel: pre-pass + dependent launch, 1 / 2 column tiles, heads
     w = random_packed(fmt, 37, 1024, 0, seed=6, device="cuda")
     for rows in (1, 5, 16):
-        gemm_triton(torch.randn(rows, 1024, device="cuda", dtype=torch.bfloat16), w, fmt, 37, 1024, kernel="int8")
-    gemm_triton(torch.randn(2, 2, 4, 512, device="cuda", dtype=torch.float16), w, fmt, 37, 1024,
+        gemm_cuda_route(torch.randn(rows, 1024, device="cuda", dtype=torch.bfloat16), w, fmt, 37, 1024, kernel="int8")
+    gemm_cuda_route(torch.randn(2, 2, 4, 512, device="cuda", dtype=torch.float16), w, fmt, 37, 1024,
                 out_heads=1, in_heads=True, kernel="int8")
 for fmt, g in (("mlx4", 32), ("mlx4", 64), ("ternary", 0), ("var_affine", 0), ("exl3", 0)):  # int8: one row, block columns
     w = random_packed(fmt, 37, 1024, g, seed=7, device="cuda")
-    gemm_triton(torch.randn(1, 1024, device="cuda", dtype=torch.bfloat16), w, fmt, 37, 1024, g, kernel="int8")
-    gemm_triton(torch.randn(1, 2, 1, 512, device="cuda", dtype=torch.float16), w, fmt, 37, 1024, g,
+    gemm_cuda_route(torch.randn(1, 1024, device="cuda", dtype=torch.bfloat16), w, fmt, 37, 1024, g, kernel="int8")
+    gemm_cuda_route(torch.randn(1, 2, 1, 512, device="cuda", dtype=torch.float16), w, fmt, 37, 1024, g,
                 out_heads=1, in_heads=True, kernel="int8")
 from torch_uqr.backends.cuda.dequant import dequantize_cuda
 for fmt, g in (("q4_0", 0), ("mlx4", 64), ("var_affine", 0), ("exl3", 0), ("ternary", 0)):  # decode-to-dense
