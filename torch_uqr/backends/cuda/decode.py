@@ -1,4 +1,4 @@
-"""Per-format decoders in Triton: packed bytes -> fp32 weight tiles (formats-spec.md, exact up to
+"""Per-format decoders in Triton: packed bytes -> fp32 weight tiles (docs/formats.md, exact up to
 fp32 rounding of the scale products).
 
 One interface for every format:
