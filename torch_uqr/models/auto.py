@@ -27,7 +27,7 @@ from torch import nn
 
 from ..loaders.gguf import GGUFCheckpoint, load_gguf
 from ..nn import QuantLinear
-from ..nn.embedding import QuantEmbedding
+from ..nn import QuantEmbedding
 from ..qtensor import QTensor, dequantize
 
 __all__ = ["LoadReport", "from_pretrained", "load_gguf_model", "gguf_config", "gguf_tokenizer", "take_rows"]
