@@ -19,3 +19,12 @@ __all__ = [
     "from_pretrained", "gguf_tokenizer",
 ]
 __version__ = "0.1.0"
+
+
+def __getattr__(name: str):
+    # UqrConfig subclasses a transformers class: import transformers only when it is asked for.
+    if name == "UqrConfig":
+        from .models.hf_quantizer import UqrConfig
+
+        return UqrConfig
+    raise AttributeError(f"module 'torch_uqr' has no attribute {name!r}")
