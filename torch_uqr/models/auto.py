@@ -83,32 +83,30 @@ def _split(path: str) -> tuple[str, str]:
     return os.path.dirname(path), os.path.basename(path)
 
 
+def _cached(path: str, sub: str, marker: str, auto_cls):
+    """``auto_cls.from_pretrained(dir, gguf_file=...)``, saved once under the file's cache folder."""
+    cache = os.path.join(cache_dir(path), sub)
+    if os.path.isfile(os.path.join(cache, marker)):
+        return auto_cls.from_pretrained(cache)
+    folder, name = _split(path)
+    obj = auto_cls.from_pretrained(folder, gguf_file=name)
+    os.makedirs(cache, exist_ok=True)
+    obj.save_pretrained(cache)
+    return obj
+
+
 def gguf_config(path: str):
     """transformers' config for a GGUF file, as ``AutoConfig.from_pretrained(dir, gguf_file=...)`` builds it."""
     from transformers import AutoConfig
 
-    cache = cache_dir(path)
-    if os.path.isfile(os.path.join(cache, "config.json")):
-        return AutoConfig.from_pretrained(cache)
-    folder, name = _split(path)
-    cfg = AutoConfig.from_pretrained(folder, gguf_file=name)
-    os.makedirs(cache, exist_ok=True)
-    cfg.save_pretrained(cache)
-    return cfg
+    return _cached(path, "", "config.json", AutoConfig)
 
 
 def gguf_tokenizer(path: str):
     """transformers' tokenizer (chat template included) converted from the GGUF's own vocabulary."""
     from transformers import AutoTokenizer
 
-    cache = os.path.join(cache_dir(path), "tokenizer")
-    if os.path.isfile(os.path.join(cache, "tokenizer.json")):
-        return AutoTokenizer.from_pretrained(cache)
-    folder, name = _split(path)
-    tok = AutoTokenizer.from_pretrained(folder, gguf_file=name)
-    os.makedirs(cache, exist_ok=True)
-    tok.save_pretrained(cache)
-    return tok
+    return _cached(path, "tokenizer", "tokenizer.json", AutoTokenizer)
 
 
 # ---- transforms on packed rows --------------------------------------------------------------
