@@ -44,8 +44,8 @@ def test_quantized_on_load_equals_quantize_model(checkpoint, fmt):
 
 
 def test_skip_and_from_pretrained_folder(checkpoint):
-    model = torch_uqr.from_pretrained(checkpoint, quantization_config=torch_uqr.UqrConfig("q8_0", skip=["lm_head",
-                                                                                                         "*.down_proj"]))
+    config = torch_uqr.UqrConfig("q8_0", skip=["lm_head", "*.down_proj"])
+    model = torch_uqr.from_pretrained(checkpoint, quantization_config=config)
     assert type(model.lm_head) is torch.nn.Linear and type(model.model.layers[1].mlp.down_proj) is torch.nn.Linear
     assert isinstance(model.model.layers[1].mlp.up_proj, QuantLinear)
     ids = torch.randint(0, 300, (1, 5), generator=torch.Generator().manual_seed(1))

@@ -109,7 +109,8 @@ def test_chat_template_and_streamer(files):
             chunks.append(text)
 
     chunks = []
-    out = model.generate(ids, max_new_tokens=6, min_new_tokens=6, do_sample=False, streamer=Capture(tok, skip_prompt=True))
+    out = model.generate(ids, max_new_tokens=6, min_new_tokens=6, do_sample=False,
+                         streamer=Capture(tok, skip_prompt=True))
     assert "".join(chunks) == tok.decode(out[0, ids.shape[1]:])
 
 
