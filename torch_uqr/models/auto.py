@@ -230,6 +230,15 @@ def build_from_gguf(ckpt: GGUFCheckpoint, config, *, device="cpu", dtype=torch.f
     from transformers import AutoModelForCausalLM
     device = torch.device(device)
     arch = ckpt.architecture
+    try:
+        from transformers.integrations.gguf import GGUF_ARCHS
+    except ImportError:  # older transformers: every architecture goes through the tensor processors
+        GGUF_ARCHS = {}
+    if arch in GGUF_ARCHS:
+        # transformers converts these through weight-conversion mappings, not the tensor
+        # processors probed here; loading them without those conversions would be silently wrong.
+        raise NotImplementedError(f"{ckpt.path}: architecture {arch!r} is loaded by transformers' weight-conversion "
+                                  "path, which torch_uqr does not reproduce yet")
     with torch.device("meta"):
         model = AutoModelForCausalLM.from_config(config, dtype=dtype)
     report = LoadReport(ckpt.path, arch, config.model_type)
