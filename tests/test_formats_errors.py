@@ -6,20 +6,20 @@ import pytest
 import torch
 
 import torch_uqr as uqr
-from torch_uqr.formats import get, layout
+from torch_uqr.formats import get, block_geometry
 
 CASES = [(f, None) for f in uqr.formats() if f != "mlx4"] + [("mlx4", g) for g in (32, 64, 128)]
 
 
 def blocks_of(fmt, n_blocks, gen, g=None):
     """One row of ``n_blocks`` random valid blocks, as a writable numpy copy."""
-    block, size = layout(fmt, g)
+    block, size = block_geometry(fmt, g)
     data = get(fmt).random_blocks(1, n_blocks * block, gen, **({"group_size": g} if g else {}))
     return data.numpy().copy().reshape(n_blocks, size)
 
 
 def from_blocks(b, fmt, g=None):
-    block, _ = layout(fmt, g)
+    block, _ = block_geometry(fmt, g)
     return uqr.QTensor.from_bytes(b.reshape(1, -1), fmt, (1, b.shape[0] * block), group_size=g)
 
 
@@ -34,7 +34,7 @@ def test_unknown_format_and_bad_options():
 
 @pytest.mark.parametrize("fmt,g", CASES)
 def test_quantize_rejects_bad_weights(fmt, g):
-    block, _ = layout(fmt, g)
+    block, _ = block_geometry(fmt, g)
     with pytest.raises(ValueError, match=f"K={block + 16} is not a multiple of the block size {block}"):
         uqr.quantize(torch.zeros(2, block + 16), fmt, group_size=g)
     for bad in (float("nan"), float("inf")):
@@ -52,7 +52,7 @@ def test_quantize_rejects_bad_weights(fmt, g):
 
 @pytest.mark.parametrize("fmt,g", CASES)
 def test_from_bytes_rejects_wrong_length_dtype_shape_and_nonfinite_scale(fmt, g, gen):
-    block, size = layout(fmt, g)
+    block, size = block_geometry(fmt, g)
     good = blocks_of(fmt, 2, gen, g)
     from_blocks(good, fmt, g)
     with pytest.raises(ValueError, match=f"expected N\\*row_bytes = 1\\*{2 * size}"):
@@ -124,7 +124,7 @@ def test_exl3_padding(gen):
 @pytest.mark.parametrize("fmt,g", CASES)
 def test_fuzz_from_bytes_decodes_or_raises_value_error(fmt, g):
     """Seeded random bytes (plus bytes biased towards valid blocks): decode, or ValueError; nothing else."""
-    block, size = layout(fmt, g)
+    block, size = block_geometry(fmt, g)
     rng = np.random.default_rng(zlib.crc32(f"{fmt}/{g}".encode()))
     accepted = 0
     for trial in range(60):
@@ -157,7 +157,7 @@ def test_fuzz_from_bytes_decodes_or_raises_value_error(fmt, g):
 def test_hypothesis_from_bytes_decodes_or_raises_value_error(fmt, g):
     hypothesis = pytest.importorskip("hypothesis", reason="hypothesis adds shrinking fuzz to the seeded loop")
     st = hypothesis.strategies
-    block, size = layout(fmt, g)
+    block, size = block_geometry(fmt, g)
 
     @hypothesis.settings(max_examples=40, deadline=None, derandomize=True, database=None)
     @hypothesis.given(st.binary(min_size=2 * size, max_size=2 * size))

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 import torch_uqr as uqr
-from torch_uqr.formats import NAMES, get, layout
+from torch_uqr.formats import NAMES, get, block_geometry
 
 
 def f16(b, o):
@@ -105,7 +105,7 @@ def test_registry_lists_the_eight_formats():
 
 @pytest.mark.parametrize("fmt,g", CASES)
 def test_decode_matches_literal_reading_on_random_blocks(fmt, g, gen):
-    block = layout(fmt, g or None)[0]
+    block = block_geometry(fmt, g or None)[0]
     N, K = 3, 2 * block
     data = get(fmt).random_blocks(N, K, gen, **({"group_size": g} if g else {}))
     qt = uqr.QTensor.from_bytes(data, fmt, (N, K), group_size=g or None)
@@ -118,7 +118,7 @@ def test_decode_matches_literal_reading_on_random_blocks(fmt, g, gen):
 
 @pytest.mark.parametrize("fmt,g", CASES)
 def test_decode_matches_literal_reading_on_quantized_data(fmt, g, gen, rel_rms):
-    block = layout(fmt, g or None)[0]
+    block = block_geometry(fmt, g or None)[0]
     N, K = 5, 3 * block
     w = torch.randn(N, K, generator=gen) * 0.02
     qt = uqr.quantize(w, fmt, group_size=g or None)
@@ -130,7 +130,7 @@ def test_decode_matches_literal_reading_on_quantized_data(fmt, g, gen, rel_rms):
 @pytest.mark.parametrize("fmt,g", CASES)
 def test_layout_properties(fmt, g):
     qt = uqr.quantize(torch.randn(2, 256), fmt, group_size=g or None)
-    block, size = layout(fmt, g or None)
+    block, size = block_geometry(fmt, g or None)
     assert (qt.block_size, qt.block_bytes) == (block, size)
     assert qt.data.dtype == torch.uint8 and tuple(qt.data.shape) == (2, 256 // block * size)
     assert qt.bits_per_weight == 8 * size / block and qt.nbytes == qt.data.numel()
@@ -143,7 +143,7 @@ def test_layout_properties(fmt, g):
 
 @pytest.mark.parametrize("fmt,g", CASES)
 def test_round_trip_through_bytes_is_identical(fmt, g, gen):
-    block = layout(fmt, g or None)[0]
+    block = block_geometry(fmt, g or None)[0]
     w = torch.distributions.StudentT(3.0).sample((7, 2 * block)) * 0.1
     qt = uqr.quantize(w, fmt, group_size=g or None)
     raw = qt.data.numpy().tobytes()
@@ -167,7 +167,7 @@ def accelerators():
 @pytest.mark.parametrize("fmt,g", CASES)
 def test_decode_and_quantize_on_accelerator(fmt, g, device, gen):
     """The decoder is the kernels' reference on every device: same bits as on the CPU."""
-    block = layout(fmt, g or None)[0]
+    block = block_geometry(fmt, g or None)[0]
     N, K = 33, 4 * block
     data = get(fmt).random_blocks(N, K, gen, **({"group_size": g} if g else {}))
     qt = uqr.QTensor.from_bytes(data.to(device), fmt, (N, K), group_size=g or None)
@@ -188,7 +188,7 @@ def test_decode_and_quantize_on_accelerator(fmt, g, device, gen):
 def test_row_slicing_is_invisible(fmt, g, gen, monkeypatch):
     """quantize/dequantize/from_bytes work in row slices on big matrices; slices must not show."""
     import torch_uqr.qtensor as qtensor_module
-    block = layout(fmt, g or None)[0]
+    block = block_geometry(fmt, g or None)[0]
     w = torch.randn(11, 2 * block, generator=gen)
     whole = uqr.quantize(w, fmt, group_size=g or None)
     monkeypatch.setattr(qtensor_module, "_SLICE_WEIGHTS", 5 * block)   # 2 rows per slice, ragged end
