@@ -43,13 +43,18 @@ def write_gguf(path, seed=0):
         w.add_tensor(name, _random_blocks(rng, qtype, *shape), raw_dtype=qtype)
     floats["norm"] = rng.standard_normal(7).astype(np.float32)
     floats["f16"] = rng.standard_normal((3, 5)).astype(np.float16)
-    for name, arr in floats.items():
+    _write_all(w, floats)
+    return floats
+
+
+def _write_all(w, arrays):
+    """Add plain numpy ``arrays`` to GGUFWriter ``w`` and write the file."""
+    for name, arr in arrays.items():
         w.add_tensor(name, arr)
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
     w.close()
-    return floats
 
 
 @pytest.fixture(scope="module")
@@ -249,13 +254,7 @@ def test_integer_and_float_tensors_keep_their_dtype(tmp_path):
               "i64": rng.integers(-2**62, 2**62, (2, 2, 2), dtype=np.int64),
               "f64": rng.standard_normal((3, 2)),
               "f32": rng.standard_normal(7).astype(np.float32)}
-    w = gguf.GGUFWriter(str(tmp_path / "ints.gguf"), "llama")
-    for name, a in arrays.items():
-        w.add_tensor(name, a)
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
+    _write_all(gguf.GGUFWriter(str(tmp_path / "ints.gguf"), "llama"), arrays)
     ck = torch_uqr.load_gguf(tmp_path / "ints.gguf")
     for name, a in arrays.items():
         got = ck[name]
