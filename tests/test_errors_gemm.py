@@ -27,33 +27,33 @@ def test_wrong_activation_dtype(q4, dtype):
     x = torch.zeros(2, 256, dtype=dtype)
     with pytest.raises(TypeError, match="x: expected dtype float16, bfloat16 or float32"):
         uqr.gemm(x, q4)
-    with pytest.raises(RuntimeError, match="x: expected dtype float16, bfloat16 or float32"):
+    with pytest.raises(ValueError, match="x: expected dtype float16, bfloat16 or float32"):
         raw(x, q4.data)
 
 
 def test_wrong_weight_dtype_shape_and_layout(q4):
     x = randn(2, 256)
-    with pytest.raises(RuntimeError, match="w: expected dtype uint8"):
+    with pytest.raises(ValueError, match="w: expected dtype uint8"):
         raw(x, q4.data.to(torch.int8))
-    with pytest.raises(RuntimeError, match=r"w: expected uint8 \[48, 144\]"):
+    with pytest.raises(ValueError, match=r"w: expected uint8 \[48, 144\]"):
         raw(x, q4.data[:, :100])
-    with pytest.raises(RuntimeError, match="w: the packed rows must be contiguous"):
+    with pytest.raises(ValueError, match="w: the packed rows must be contiguous"):
         raw(x, torch.cat([q4.data, q4.data], 1)[:, :144])
 
 
 def test_K_mismatch(q4):
     with pytest.raises(ValueError, match="x: last dim is 255 but the weights have K=256"):
         uqr.gemm(randn(3, 255), q4)
-    with pytest.raises(RuntimeError, match="x: last dim is 255 but the weights have K=256"):
+    with pytest.raises(ValueError, match="x: last dim is 255 but the weights have K=256"):
         raw(randn(3, 255), q4.data)
-    with pytest.raises(RuntimeError, match="K=250 is not a multiple of q4_0's block of 32"):
+    with pytest.raises(ValueError, match="K=250 is not a multiple of q4_0's block of 32"):
         raw(randn(3, 250), q4.data, K=250)
 
 
 def test_out_heads_not_dividing_N(q4):
     with pytest.raises(ValueError, match="out_heads=5 does not divide N=48"):
         uqr.gemm(randn(3, 256), q4, out_heads=5)
-    with pytest.raises(RuntimeError, match="out_heads=5 does not divide N=48"):
+    with pytest.raises(ValueError, match="out_heads=5 does not divide N=48"):
         raw(randn(3, 256), q4.data, out_heads=5)
     with pytest.raises(ValueError, match="out_heads"):
         uqr.gemm(randn(3, 256), q4, out_heads=-2)
@@ -64,7 +64,7 @@ def test_out_heads_not_dividing_N(q4):
 def test_in_heads_wrong_rank_or_size(q4):
     with pytest.raises(ValueError, match=r"x: in_heads=True expects x of shape \[..., H, M, D\]"):
         uqr.gemm(randn(3, 256), q4, in_heads=True)
-    with pytest.raises(RuntimeError, match=r"x: in_heads=True expects x of shape \[..., H, M, D\]"):
+    with pytest.raises(ValueError, match=r"x: in_heads=True expects x of shape \[..., H, M, D\]"):
         raw(randn(3, 256), q4.data, in_heads=True)
     with pytest.raises(ValueError, match="x: in_heads=True needs H\\*D == K"):
         uqr.gemm(randn(4, 3, 32), q4, in_heads=True)
@@ -73,17 +73,17 @@ def test_in_heads_wrong_rank_or_size(q4):
 def test_path_and_format_arguments(q4):
     with pytest.raises(ValueError, match="path='vec' .* supports fmt 'ternary', not 'q4_0'"):
         uqr.gemm(randn(2, 256), q4, path="vec")
-    with pytest.raises(RuntimeError, match="path='vec' .* supports fmt 'ternary', not 'q4_0'"):
+    with pytest.raises(ValueError, match="path='vec' .* supports fmt 'ternary', not 'q4_0'"):
         raw(randn(2, 256), q4.data, path="vec")
     with pytest.raises(ValueError, match="path: expected one of"):
         uqr.gemm(randn(2, 256), q4, path="fast")
-    with pytest.raises(RuntimeError, match="path: expected 'auto', 'mma', 'vec' or 'int8'"):
+    with pytest.raises(ValueError, match="path: expected 'auto', 'mma', 'vec' or 'int8'"):
         raw(randn(2, 256), q4.data, path="fast")
-    with pytest.raises(RuntimeError, match="fmt: unknown format 'q5_0'"):
+    with pytest.raises(ValueError, match="fmt: unknown format 'q5_0'"):
         raw(randn(2, 256), q4.data, fmt="q5_0")
-    with pytest.raises(RuntimeError, match="group_size: mlx4 needs 32, 64 or 128"):
+    with pytest.raises(ValueError, match="group_size: mlx4 needs 32, 64 or 128"):
         raw(randn(2, 256), q4.data, fmt="mlx4", g=48)
-    with pytest.raises(RuntimeError, match="group_size: q4_0 has a fixed block"):
+    with pytest.raises(ValueError, match="group_size: q4_0 has a fixed block"):
         raw(randn(2, 256), q4.data, g=64)
     with pytest.raises(TypeError, match="qt: expected a torch_uqr.QTensor"):
         uqr.gemm(randn(2, 256), q4.data)

@@ -94,7 +94,7 @@ def test_bad_arguments_name_the_argument() -> None:
         metal_emu.gemm(x, qt.data, "q4_0", N, K, 0, 0, False, "vec")
     with pytest.raises(ValueError, match="w:"):
         metal_emu.gemm(x, qt.data[:, :-1], "q4_0", N, K, 0, 0, False, "auto")
-    with pytest.raises(TypeError, match="x:"):
+    with pytest.raises(ValueError, match="x:"):
         metal_emu.gemm(x.double(), qt.data, "q4_0", N, K, 0, 0, False, "auto")
     with pytest.raises(ValueError, match="fmt"):
         metal_emu.gemm(x, qt.data, "q5_0", N, K, 0, 0, False, "auto")

@@ -112,3 +112,21 @@ def test_direct_head_attention_equals_transformers_attention(native):
     torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
     rows = compare_layout(native, Ms=(1, 4), reps=1, prefill=4)
     assert len(rows) == 3 and all(r["direct_ms"] > 0 and r["transposing_ms"] > 0 for r in rows)
+
+
+def test_any_architecture_path_equals_the_llama_path(ckpt, native, ids):
+    from torch_uqr.models.auto import load_gguf_model
+
+    model, report = load_gguf_model(default_gguf_path(), ckpt=ckpt)
+    assert not report.dequantized and not report.float_fallback and not report.unused
+    assert report.tied_head and len(report.packed) == 30 * 7 + 2 and len(report.row_permuted) == 60
+    with torch.no_grad():
+        assert torch.equal(model(ids).logits, native.model(ids).logits)
+
+
+def test_command_line_answers_paris(capsys):
+    from torch_uqr.cli.generate import main
+
+    assert main(["--max-new-tokens", "8"]) == 0
+    out = capsys.readouterr().out
+    assert "Paris" in out and "tok/s" in out and "peak memory" in out

@@ -10,10 +10,21 @@ from .ops import gemm
 from . import nn
 from .nn import quantize_model
 from .loaders import load_gguf, load_mlx, load_bitnet
+from .models.auto import from_pretrained, gguf_tokenizer
 
 __all__ = [
     "QTensor", "QuantizationWarning", "formats", "quantize", "dequantize",
     "from_mlx", "to_mlx", "from_bitnet", "from_gguf_ternary",
     "gemm", "nn", "quantize_model", "load_gguf", "load_mlx", "load_bitnet",
+    "from_pretrained", "gguf_tokenizer",
 ]
 __version__ = "0.1.0"
+
+
+def __getattr__(name: str):
+    # UqrConfig subclasses a transformers class: import transformers only when it is asked for.
+    if name == "UqrConfig":
+        from .models.hf_quantizer import UqrConfig
+
+        return UqrConfig
+    raise AttributeError(f"module 'torch_uqr' has no attribute {name!r}")

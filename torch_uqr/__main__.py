@@ -8,7 +8,7 @@ def main(argv=None) -> int:
     commands = {
         "bench": ("torch_uqr.cli.bench", "router benchmark: formats x M x shapes against dequantize+matmul"),
         "formats": ("torch_uqr.cli.formats", "bits per weight, error and quantize time of every format"),
-        "generate": ("torch_uqr.cli.generate", "run a GGUF llama-architecture model (default: SmolLM2-135M)"),
+        "generate": ("torch_uqr.cli.generate", "run a GGUF model of any architecture (default: SmolLM2-135M)"),
         "eval": ("torch_uqr.cli.evaluate", "perplexity of the default model in every format"),
     }
     if not argv or argv[0] in ("-h", "--help") or argv[0] not in commands:

@@ -1,4 +1,4 @@
-"""Lossless import/export between ecosystem layouts and our blocks.
+"""Lossless import/export between other libraries' tensors and our blocks.
 
 * MLX affine 4-bit (``wq`` uint32, ``scales``, ``biases``) <-> ``mlx4``;
 * Hugging Face BitNet packed ternary weights (+ ``weight_scale``) -> ``ternary``;
@@ -56,7 +56,7 @@ def from_mlx(wq, scales, biases, group_size: int = 64) -> QTensor:
     wq: uint32 ``[N, K/8]``; scales, biases: ``[N, K/g]`` (fp16, or any dtype whose values fp16
     holds exactly; anything else raises ``ValueError``). Negative scales are fine.
     """
-    g, block_bytes = mlx4.layout(group_size)
+    g, block_bytes = mlx4.block_geometry(group_size)
     wq = _to_numpy(wq, "wq")
     sc = _to_numpy(scales, "scales")
     bi = _to_numpy(biases, "biases")

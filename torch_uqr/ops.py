@@ -12,7 +12,7 @@ from typing import Any, Optional
 
 import torch
 
-from .backends import strides as layout
+from .backends import strides
 from .formats import table
 
 __all__ = ["gemm", "FORMATS", "PATHS", "op_available"]
@@ -40,7 +40,7 @@ if _load_error is None:
     @torch.library.register_fake("uqr::gemm")
     def _gemm_fake(x: torch.Tensor, w: torch.Tensor, fmt: str, N: int, K: int, group_size: int,
                    out_heads: int, in_heads: bool, path: str) -> torch.Tensor:
-        return x.new_empty(layout.output_shape(x.shape, N, K, out_heads, in_heads))
+        return x.new_empty(strides.output_shape(x.shape, N, K, out_heads, in_heads))
 
     if torch.cuda.is_available():
         try:
@@ -110,7 +110,7 @@ def gemm(x: torch.Tensor, qt: Any, out_heads: Optional[int] = None, in_heads: bo
         raise ValueError(f"out_heads: expected None or a positive int, got {out_heads!r}")
     if not isinstance(in_heads, bool):
         raise TypeError(f"in_heads: expected a bool, got {type(in_heads).__name__}")
-    layout.output_shape(x.shape, N, K, heads, in_heads)  # raises ValueError naming the argument
+    strides.output_shape(x.shape, N, K, heads, in_heads)  # raises ValueError naming the argument
     path = "auto" if path is None else path
     if path not in PATHS:
         raise ValueError(f"path: expected one of {PATHS}, got {path!r}")
@@ -144,10 +144,10 @@ def poison_outputs(enabled: bool = True) -> None:
     kernel that skips an element leaves a NaN that the comparison catches.
 
     Process-wide, until called again with ``enabled=False``. Sets the flag the C++ ops read
-    (``uqr::_set_poison``: CPU, MPS and the CUDA C++ kernels) and its Python mirror, which the Triton
-    kernels' output allocation reads (``torch_uqr.backends.cuda.layout.set_poison``).
+    (``uqr::_set_poison``: CPU, MPS and the CUDA C++ kernels) and its Python side, which the outputs
+    of the kernels launched from Python (Triton, the Metal emulator) read
+    (``torch_uqr.backends.strides.set_poison``).
     """
     if _load_error is None:
         torch.ops.uqr._set_poison(bool(enabled))
-    from .backends.cuda import layout as _triton_layout  # imports no Triton
-    _triton_layout.set_poison(enabled)
+    strides.set_poison(enabled)

@@ -96,7 +96,7 @@ class QTensor:
         (a loader's private file map, a QuantLinear's buffer that it tracks for changes)."""
         module = _formats.get(fmt)
         g = _formats.resolve_group_size(fmt, group_size)
-        block, block_bytes = _formats.layout(fmt, g)
+        block, block_bytes = _formats.block_geometry(fmt, g)
         N, K = _check_shape(fmt, shape, block)
         if not isinstance(t, torch.Tensor) or t.dtype != torch.uint8:
             raise ValueError(f"{fmt}: data must be a uint8 tensor, got {getattr(t, 'dtype', type(t).__name__)}")
@@ -119,7 +119,7 @@ class QTensor:
                                  f"{K // block} blocks per row)") from None
         return cls(t, fmt, (N, K), g)
 
-    # -- layout -------------------------------------------------------------------------------
+    # -- block geometry -----------------------------------------------------------------------
     @property
     def N(self) -> int:
         """Rows (output features)."""
@@ -133,12 +133,12 @@ class QTensor:
     @property
     def block_size(self) -> int:
         """Weights per block: 32, 256, or mlx4's group size."""
-        return _formats.layout(self.fmt, self.group_size or None)[0]
+        return _formats.block_geometry(self.fmt, self.group_size or None)[0]
 
     @property
     def block_bytes(self) -> int:
         """Bytes per block."""
-        return _formats.layout(self.fmt, self.group_size or None)[1]
+        return _formats.block_geometry(self.fmt, self.group_size or None)[1]
 
     @property
     def bits_per_weight(self) -> float:
@@ -249,7 +249,7 @@ def quantize(w: torch.Tensor, fmt: str, group_size: int | None = None) -> QTenso
                          f"{getattr(w, 'dtype', type(w).__name__)}")
     if w.dim() != 2:
         raise ValueError(f"{fmt}: w must be 2-D [N, K], got shape {tuple(w.shape)}")
-    block, _ = _formats.layout(fmt, g)
+    block, _ = _formats.block_geometry(fmt, g)
     N, K = _check_shape(fmt, w.shape, block)
     w = w.detach().to(torch.float32)
     if not bool(torch.isfinite(w).all()):

@@ -9,6 +9,8 @@
 // the shared scalar uqr_decode8_* of uqr/formats.h. The tests hold each of them equal to the
 // Python reference decoder.
 #pragma once
+#include <c10/util/Exception.h>
+
 #include "cpu_simd.h"
 #include "uqr/formats.h"
 #include "uqr/params.h"
@@ -238,20 +240,18 @@ struct Tag {
 // recovers the type with `typename decltype(tag)::type`).
 template <class F>
 inline void with_decoder(int fmt, int g, F&& f) {
+#define UQR_DECODER_CASE(id, name) \
+  case id: f(Tag<BlockDecoder<id>>{}); return;
   switch (fmt) {
-    case UQR_Q4_0: f(Tag<BlockDecoder<UQR_Q4_0>>{}); break;
-    case UQR_Q4_1: f(Tag<BlockDecoder<UQR_Q4_1>>{}); break;
-    case UQR_Q8_0: f(Tag<BlockDecoder<UQR_Q8_0>>{}); break;
-    case UQR_Q4_K: f(Tag<BlockDecoder<UQR_Q4_K>>{}); break;
+    UQR_FIXED_BLOCK_LIST(UQR_DECODER_CASE)
     case UQR_MLX4:
       if (g == 32) f(Tag<BlockDecoder<UQR_MLX4, 32>>{});
       else if (g == 64) f(Tag<BlockDecoder<UQR_MLX4, 64>>{});
       else f(Tag<BlockDecoder<UQR_MLX4, 128>>{});
-      break;
-    case UQR_VAR_AFFINE: f(Tag<BlockDecoder<UQR_VAR_AFFINE>>{}); break;
-    case UQR_EXL3: f(Tag<BlockDecoder<UQR_EXL3>>{}); break;
-    default: f(Tag<BlockDecoder<UQR_TERNARY>>{}); break;
+      return;
   }
+#undef UQR_DECODER_CASE
+  TORCH_INTERNAL_ASSERT(false, "uqr: no CPU decoder for format id ", fmt);
 }
 
 }  // namespace uqr::cpu

@@ -20,9 +20,14 @@ struct FormatName {
 #define UQR_NAME_ENTRY(id, name) {name, id},
 #define UQR_ID_ENTRY(id, name) id,
 constexpr FormatName kFormats[] = {UQR_FORMAT_LIST(UQR_NAME_ENTRY)};
-// The formats with the optional paths on the CPU (format_table.h, from the format table).
-constexpr int kVecFormats[] = {UQR_VEC_CPU_LIST(UQR_ID_ENTRY)};
-constexpr int kInt8Formats[] = {UQR_INT8_CPU_LIST(UQR_ID_ENTRY)};
+// The formats with the optional paths, per backend (format_table.h, from the format table). Metal
+// has no int8 path: its list is empty, so a sentinel id keeps the array non-empty.
+constexpr int kVecCpu[] = {UQR_VEC_CPU_LIST(UQR_ID_ENTRY)};
+constexpr int kVecCuda[] = {UQR_VEC_CUDA_LIST(UQR_ID_ENTRY)};
+constexpr int kVecMetal[] = {UQR_VEC_METAL_LIST(UQR_ID_ENTRY)};
+constexpr int kInt8Cpu[] = {UQR_INT8_CPU_LIST(UQR_ID_ENTRY)};
+constexpr int kInt8Cuda[] = {UQR_INT8_CUDA_LIST(UQR_ID_ENTRY)};
+constexpr int kInt8Metal[] = {UQR_INT8_METAL_LIST(UQR_ID_ENTRY) -1};
 #undef UQR_NAME_ENTRY
 #undef UQR_ID_ENTRY
 
@@ -47,12 +52,41 @@ int64_t leading_dims_stride(at::IntArrayRef sizes, at::IntArrayRef strides) {
   return last;
 }
 
+const char* backend_name(Backend backend) {
+  switch (backend) {
+    case Backend::kCpu: return "cpu";
+    case Backend::kCuda: return "cuda";
+    default: return "metal";
+  }
+}
+
+// Whether `backend` has the optional path `gp` for fmt; the error lists the formats that have it.
+void check_path_formats(GemmPath gp, int fmt, c10::string_view fmt_name, Backend backend) {
+  if (gp == GemmPath::kVec) {
+    const bool ok = backend == Backend::kCpu ? contains(kVecCpu, fmt)
+                    : backend == Backend::kCuda ? contains(kVecCuda, fmt) : contains(kVecMetal, fmt);
+    const char* names = backend == Backend::kCpu ? UQR_VEC_CPU_NAMES
+                        : backend == Backend::kCuda ? UQR_VEC_CUDA_NAMES : UQR_VEC_METAL_NAMES;
+    UQR_CHECK_ARG(ok, "uqr::gemm: path='vec' (add/subtract) on the ", backend_name(backend),
+                  " backend supports fmt ", names, ", not '", std::string(fmt_name), "'");
+  } else if (gp == GemmPath::kInt8) {
+    const bool ok = backend == Backend::kCpu ? contains(kInt8Cpu, fmt)
+                    : backend == Backend::kCuda ? contains(kInt8Cuda, fmt) : contains(kInt8Metal, fmt);
+    const char* names = backend == Backend::kCpu ? UQR_INT8_CPU_NAMES
+                        : backend == Backend::kCuda ? UQR_INT8_CUDA_NAMES : UQR_INT8_METAL_NAMES;
+    UQR_CHECK_ARG(*names, "uqr::gemm: path='int8' (int8 activations) has no kernels on the ",
+                  backend_name(backend), " backend (the Metal shaders do not have it)");
+    UQR_CHECK_ARG(ok, "uqr::gemm: path='int8' (int8 activations) on the ", backend_name(backend),
+                  " backend supports fmt ", names, ", not '", std::string(fmt_name), "'");
+  }
+}
+
 }  // namespace
 
 int format_from_name(c10::string_view fmt) {
   for (const auto& f : kFormats)
     if (fmt == f.name) return f.fmt;
-  UQR_CHECK(false, "uqr::gemm: fmt: unknown format '", std::string(fmt), "'; expected one of " UQR_FORMAT_NAMES);
+  UQR_CHECK_ARG(false, "uqr::gemm: fmt: unknown format '", std::string(fmt), "'; expected one of " UQR_FORMAT_NAMES);
   return -1;
 }
 
@@ -62,39 +96,42 @@ int block_bytes(int fmt, int64_t group_size) { return uqr_block_bytes(fmt, stati
 
 void check_group_size(const char* op, int fmt, c10::string_view fmt_name, int64_t group_size) {
   if (fmt == UQR_MLX4) {
-    UQR_CHECK(group_size == 32 || group_size == 64 || group_size == 128, op,
+    UQR_CHECK_ARG(group_size == 32 || group_size == 64 || group_size == 128, op,
               ": group_size: mlx4 needs 32, 64 or 128, got ", group_size);
   } else {
-    UQR_CHECK(group_size == 0 || group_size == block_elems(fmt, 0), op, ": group_size: ", std::string(fmt_name),
+    UQR_CHECK_ARG(group_size == 0 || group_size == block_elems(fmt, 0), op, ": group_size: ", std::string(fmt_name),
               " has a fixed block, pass 0 (got ", group_size, ")");
   }
 }
 
 GemmPlan plan_gemm(const at::Tensor& x_in, const at::Tensor& w, c10::string_view fmt_name,
                    int64_t N, int64_t K, int64_t group_size, int64_t out_heads, bool in_heads,
-                   c10::string_view path) {
+                   c10::string_view path, Backend backend) {
   const int fmt = format_from_name(fmt_name);
   const auto st = x_in.scalar_type();
-  UQR_CHECK(st == at::kHalf || st == at::kBFloat16 || st == at::kFloat,
+  UQR_CHECK_ARG(st == at::kHalf || st == at::kBFloat16 || st == at::kFloat,
             "uqr::gemm: x: expected dtype float16, bfloat16 or float32, got ", st);
-  UQR_CHECK(w.scalar_type() == at::kByte, "uqr::gemm: w: expected dtype uint8 (packed blocks), got ",
+  UQR_CHECK_ARG(w.scalar_type() == at::kByte, "uqr::gemm: w: expected dtype uint8 (packed blocks), got ",
             w.scalar_type());
-  UQR_CHECK(x_in.device() == w.device(), "uqr::gemm: x is on ", x_in.device(),
+  UQR_CHECK_ARG(x_in.device() == w.device(), "uqr::gemm: x is on ", x_in.device(),
             " but the weights w are on ", w.device());
-  UQR_CHECK(N > 0 && K > 0, "uqr::gemm: N and K must be positive, got N=", N, ", K=", K);
-  UQR_CHECK(N < std::numeric_limits<int32_t>::max() && K < std::numeric_limits<int32_t>::max(),
+  UQR_CHECK_ARG(N > 0 && K > 0, "uqr::gemm: N and K must be positive, got N=", N, ", K=", K);
+  UQR_CHECK_ARG(N < std::numeric_limits<int32_t>::max() && K < std::numeric_limits<int32_t>::max(),
             "uqr::gemm: N and K must fit in int32");
   check_group_size("uqr::gemm", fmt, fmt_name, group_size);
   const int blk = block_elems(fmt, group_size), bb = block_bytes(fmt, group_size);
-  UQR_CHECK(K % blk == 0, "uqr::gemm: K=", K, " is not a multiple of ", std::string(fmt_name),
+  UQR_CHECK_ARG(K % blk == 0, "uqr::gemm: K=", K, " is not a multiple of ", std::string(fmt_name),
             "'s block of ", blk, " elements");
   const int64_t row_bytes = (K / blk) * bb;
-  UQR_CHECK(w.dim() == 2 && w.size(0) == N && w.size(1) == row_bytes, "uqr::gemm: w: expected uint8 [",
+  UQR_CHECK_ARG(w.dim() == 2 && w.size(0) == N && w.size(1) == row_bytes, "uqr::gemm: w: expected uint8 [",
             N, ", ", row_bytes, "] for ", std::string(fmt_name), " with N=", N, ", K=", K, ", got ",
             w.sizes());
-  UQR_CHECK(w.is_contiguous(), "uqr::gemm: w: the packed rows must be contiguous");
-  UQR_CHECK(out_heads >= 0, "uqr::gemm: out_heads must be >= 0, got ", out_heads);
-  UQR_CHECK(out_heads == 0 || N % out_heads == 0, "uqr::gemm: out_heads=", out_heads,
+  UQR_CHECK_ARG(w.is_contiguous(), "uqr::gemm: w: the packed rows must be contiguous");
+  // CUDA kernels read the blocks' fp16 fields as aligned halves.
+  UQR_CHECK_ARG(backend != Backend::kCuda || reinterpret_cast<uintptr_t>(w.data_ptr()) % 2 == 0,
+                "uqr::gemm: w: the packed rows must start at an even address on CUDA");
+  UQR_CHECK_ARG(out_heads >= 0, "uqr::gemm: out_heads must be >= 0, got ", out_heads);
+  UQR_CHECK_ARG(out_heads == 0 || N % out_heads == 0, "uqr::gemm: out_heads=", out_heads,
             " does not divide N=", N);
 
   GemmPath gp;
@@ -102,24 +139,19 @@ GemmPlan plan_gemm(const at::Tensor& x_in, const at::Tensor& w, c10::string_view
   else if (path == "mma") gp = GemmPath::kMma;
   else if (path == "vec") gp = GemmPath::kVec;
   else if (path == "int8") gp = GemmPath::kInt8;
-  else UQR_CHECK(false, "uqr::gemm: path: expected 'auto', 'mma', 'vec' or 'int8', got '", std::string(path), "'");
-  UQR_CHECK(gp != GemmPath::kVec || contains(kVecFormats, fmt),
-            "uqr::gemm: path='vec' (add/subtract) supports fmt " UQR_VEC_CPU_NAMES ", not '",
-            std::string(fmt_name), "'");
-  UQR_CHECK(gp != GemmPath::kInt8 || contains(kInt8Formats, fmt),
-            "uqr::gemm: path='int8' (int8 activations) supports fmt " UQR_INT8_CPU_NAMES ", not '",
-            std::string(fmt_name), "'");
+  else UQR_CHECK_ARG(false, "uqr::gemm: path: expected 'auto', 'mma', 'vec' or 'int8', got '", std::string(path), "'");
+  check_path_formats(gp, fmt, fmt_name, backend);
 
   const int64_t rank = x_in.dim();
   if (in_heads) {
-    UQR_CHECK(rank >= 3, "uqr::gemm: x: in_heads=True expects x of shape [..., H, M, D] (at least 3 dims), got ",
+    UQR_CHECK_ARG(rank >= 3, "uqr::gemm: x: in_heads=True expects x of shape [..., H, M, D] (at least 3 dims), got ",
               x_in.sizes());
-    UQR_CHECK(x_in.size(-3) * x_in.size(-1) == K, "uqr::gemm: x: in_heads=True needs H*D == K, got H=",
+    UQR_CHECK_ARG(x_in.size(-3) * x_in.size(-1) == K, "uqr::gemm: x: in_heads=True needs H*D == K, got H=",
               x_in.size(-3), ", D=", x_in.size(-1), " but K=", K);
   } else {
-    UQR_CHECK(rank >= 1, "uqr::gemm: x: expected at least 1 dim [..., K], got a 0-dim tensor");
-    UQR_CHECK(x_in.size(-1) == K, "uqr::gemm: x: last dim is ", x_in.size(-1), " but the weights have K=", K);
-    UQR_CHECK(out_heads == 0 || rank >= 2, "uqr::gemm: x: out_heads=", out_heads,
+    UQR_CHECK_ARG(rank >= 1, "uqr::gemm: x: expected at least 1 dim [..., K], got a 0-dim tensor");
+    UQR_CHECK_ARG(x_in.size(-1) == K, "uqr::gemm: x: last dim is ", x_in.size(-1), " but the weights have K=", K);
+    UQR_CHECK_ARG(out_heads == 0 || rank >= 2, "uqr::gemm: x: out_heads=", out_heads,
               " needs x with an M dim ([..., M, K]), got ", x_in.sizes());
   }
 
@@ -160,7 +192,7 @@ GemmPlan plan_gemm(const at::Tensor& x_in, const at::Tensor& w, c10::string_view
     M *= batch;
     batch = 1;
   }
-  UQR_CHECK(M * batch < std::numeric_limits<int32_t>::max(), "uqr::gemm: x has too many rows");
+  UQR_CHECK_ARG(M * batch < std::numeric_limits<int32_t>::max(), "uqr::gemm: x has too many rows");
 
   uqr_gemm_params& p = plan.p;
   std::memset(&p, 0, sizeof p);
@@ -183,6 +215,22 @@ GemmPlan plan_gemm(const at::Tensor& x_in, const at::Tensor& w, c10::string_view
   plan.x_used = x;
   plan.path = gp;
   return plan;
+}
+
+std::vector<int64_t> params_to_list(const uqr_gemm_params& p) {
+  std::vector<int64_t> out;
+#define UQR_PUSH_PARAM(type, name) out.push_back(static_cast<int64_t>(p.name));
+  UQR_PARAM_FIELDS(UQR_PUSH_PARAM)
+#undef UQR_PUSH_PARAM
+  return out;
+}
+
+std::vector<std::string> param_names() {
+  return {
+#define UQR_PARAM_NAME(type, name) #name,
+      UQR_PARAM_FIELDS(UQR_PARAM_NAME)
+#undef UQR_PARAM_NAME
+  };
 }
 
 // Poisoned outputs (a test aid): while on, every fresh output is filled with NaN before the kernel

@@ -97,8 +97,8 @@ bool use_fused(const GemmPlan& plan, int64_t R) {
 
 at::Tensor gemm(const at::Tensor& x, const at::Tensor& w, c10::string_view fmt, int64_t N, int64_t K,
                 int64_t group_size, int64_t out_heads, bool in_heads, c10::string_view path) {
-  UQR_CHECK(x.device().is_cpu(), "uqr::gemm (CPU kernel): x must be on the CPU, got ", x.device());
-  GemmPlan plan = plan_gemm(x, w, fmt, N, K, group_size, out_heads, in_heads, path);
+  UQR_CHECK_ARG(x.device().is_cpu(), "uqr::gemm (CPU kernel): x must be on the CPU, got ", x.device());
+  GemmPlan plan = plan_gemm(x, w, fmt, N, K, group_size, out_heads, in_heads, path, Backend::kCpu);
   at::Tensor y = allocate_output(plan, x.options());
   const uqr_gemm_params& p = plan.p;
   const int64_t R = static_cast<int64_t>(p.batch) * p.M;

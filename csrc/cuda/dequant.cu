@@ -126,13 +126,10 @@ cudaError_t dequant_cuda(const uint8_t* w, int64_t w_row_stride, int fmt, int gr
   if (fmt == UQR_MLX4 && group_size != 32 && group_size != 64 && group_size != 128) return cudaErrorInvalidValue;
   if (K % uqr_block_elems(fmt, group_size)) return cudaErrorInvalidValue;
   switch (fmt) {
-    case UQR_Q4_0: return launch_type<UQR_Q4_0, 0>(w, w_row_stride, N, K, out, type, stream);
-    case UQR_Q4_1: return launch_type<UQR_Q4_1, 0>(w, w_row_stride, N, K, out, type, stream);
-    case UQR_Q8_0: return launch_type<UQR_Q8_0, 0>(w, w_row_stride, N, K, out, type, stream);
-    case UQR_Q4_K: return launch_type<UQR_Q4_K, 0>(w, w_row_stride, N, K, out, type, stream);
-    case UQR_VAR_AFFINE: return launch_type<UQR_VAR_AFFINE, 0>(w, w_row_stride, N, K, out, type, stream);
-    case UQR_EXL3: return launch_type<UQR_EXL3, 0>(w, w_row_stride, N, K, out, type, stream);
-    case UQR_TERNARY: return launch_type<UQR_TERNARY, 0>(w, w_row_stride, N, K, out, type, stream);
+#define UQR_DEQUANT_CASE(id, name) \
+  case id: return launch_type<id, 0>(w, w_row_stride, N, K, out, type, stream);
+    UQR_FIXED_BLOCK_LIST(UQR_DEQUANT_CASE)
+#undef UQR_DEQUANT_CASE
     case UQR_MLX4:
       if (group_size == 32) return launch_type<UQR_MLX4, 32>(w, w_row_stride, N, K, out, type, stream);
       if (group_size == 64) return launch_type<UQR_MLX4, 64>(w, w_row_stride, N, K, out, type, stream);

@@ -29,7 +29,7 @@ GemmPlan checked_plan(const char* op, Unsupported&& unsupported, const at::Tenso
                       c10::string_view fmt, int64_t N, int64_t K, int64_t group_size, int64_t out_heads,
                       bool in_heads) {
   UQR_CHECK(x.is_cuda(), op, ": x: expected a CUDA tensor, got ", x.device());
-  GemmPlan plan = plan_gemm(x, w, fmt, N, K, group_size, out_heads, in_heads, "auto");
+  GemmPlan plan = plan_gemm(x, w, fmt, N, K, group_size, out_heads, in_heads, "auto", Backend::kCuda);
   const int64_t rows = static_cast<int64_t>(plan.p.batch) * plan.p.M;
   const bool half_x = x.scalar_type() == at::kBFloat16 || x.scalar_type() == at::kHalf;
   const char* why = unsupported(plan.p, static_cast<int>(std::min<int64_t>(rows, 1 << 30)), half_x,

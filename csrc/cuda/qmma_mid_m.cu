@@ -279,10 +279,9 @@ cudaError_t launch_mid(const SplitArgs& sa, cudaStream_t stream, bool pdl) {
 //
 // At 16 rows the plan may deal the stages out by stream-K (sk_ctas > 0) and take the build for 2
 // CTAs an SM (128 registers a thread) instead of the 3 the power-of-two split's grid needs (85):
-// stream-K launches 2 an SM, so the 85 cap buys it no residency. Measured on the H100 (16 rows,
-// 14336 x 4096, two rounds, us, 85 -> 128): q4_k 26.4 -> 25.2/25.1, exl3 34.3/35.0 -> 32.5/32.7,
-// the rest within +-3 % either way (q8_0 36.7 -> 37.0/37.4, ternary 20.8/21.1 -> 21.4/20.9); so by
-// default the plan takes it only for q4_k and exl3, whose builds gain most registers (80 -> 100 / 112).
+// stream-K launches 2 an SM, so the 85 cap buys it no residency. On the H100 that paid (5-7 %) only
+// for the formats whose builds gain most registers (q4_k and exl3: 80 -> 100 / 112) and was within
+// noise for the rest, so by default the plan takes it only for those (docs/perf/history.md).
 template <class F, typename T>
 cudaError_t launch_mid_any(const SplitArgs& sa, const SplitPlan& plan, cudaStream_t stream, bool pdl) {
   switch (plan.cols) {

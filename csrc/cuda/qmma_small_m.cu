@@ -109,13 +109,11 @@ __global__ void __launch_bounds__(kMaxWarpsK * 32) __maxnreg__((max_regs<F, NT>(
   constexpr int U = unroll_subs<F, NT>();
   constexpr int kTrips = kStageBlocks * F::kSubs / U;  // loop trips of U sub-blocks a stage
   // At two column tiles the x loads (from L2: every CTA reads all of x) are issued one trip ahead,
-  // into the other of two register sets, so their latency overlaps a trip of decode and MMAs (ncu,
-  // 16 rows: long-scoreboard stalls 5.7 of 10.2 cycles an instruction without it, 2.5 with;
-  // q4_0 34.6 -> 30.6 us on 14336 x 4096). Not for mlx4's wide x: its two sets of 4
-  // sub-blocks spill, and at 2 sub-blocks a trip it measured slower (28.6 vs 27.1 us).
-  // Not for q8_0 either: with its 34-byte blocks it lost on both N = 4096 shapes (16 rows:
-  // 4096 x 14336 53.2 vs 48.4 us, 4096 x 4096 18.9 vs 17.6) for a win on 14336 x 4096.
-  constexpr bool kPrefetchX = NT == 2 && !F::kWideX && !std::is_same<F, Traits<UQR_Q8_0>>::value;
+  // into the other of two register sets, so their latency overlaps a trip of decode and MMAs
+  // (long-scoreboard stalls were half the cycles without it). Not for mlx4's wide x (its two sets
+  // spill), nor for formats of more than a byte a weight: their wider weight stages leave
+  // it behind on the N = 4096 shapes (docs/perf/history.md).
+  constexpr bool kPrefetchX = NT == 2 && !F::kWideX && F::kBytes <= F::kElems;
   const int lane_x = (F::kWideX ? 8 : 4) * c;
   using XTrip = uint32_t[U][NT][4];
   // The four x words of one sub-block of one column tile at p, in the order xfrag pairs them.
@@ -293,8 +291,9 @@ const char* qmma_unsupported(const uqr_gemm_params& p, int rows, bool half_x, ui
   if (!half_x) return "x must be bfloat16 or float16";
   if (rows < 1 || rows > kQmmaMidMaxRows) return "batch * M must be 1..2^20";
   switch (p.fmt) {
-    case UQR_Q4_0: case UQR_Q4_1: case UQR_Q8_0: case UQR_Q4_K: case UQR_TERNARY: case UQR_VAR_AFFINE:
-    case UQR_EXL3: break;
+#define UQR_FIXED_CASE(id, name) case id:
+    UQR_FIXED_BLOCK_LIST(UQR_FIXED_CASE) break;
+#undef UQR_FIXED_CASE
     case UQR_MLX4:
       if (p.group_size != 32 && p.group_size != 64 && p.group_size != 128) return "mlx4 group must be 32/64/128";
       break;

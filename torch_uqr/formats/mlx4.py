@@ -18,12 +18,12 @@ GROUP_SIZES = _ROW.group_sizes
 DEFAULT_GROUP_SIZE = _ROW.default_group_size
 BLOCK = _ROW.block
 BLOCK_BYTES = _ROW.block_bytes
-layout = _ROW.layout  # (elements, bytes) of one block for group size ``group_size``
+block_geometry = _ROW.block_geometry  # (elements, bytes) of one block for group size ``group_size``
 
 
 def quantize(w: torch.Tensor, group_size: int = DEFAULT_GROUP_SIZE) -> torch.Tensor:
     """Least-squares search of each group's scale and bias, both rounded to fp16 before coding."""
-    g, _ = layout(group_size)
+    g, _ = block_geometry(group_size)
     x = w.reshape(-1, g)
     fit = fit_affine(x, 15, steps=16)
     scale = f16_or_raise(fit.scale, NAME, "scale")
@@ -34,7 +34,7 @@ def quantize(w: torch.Tensor, group_size: int = DEFAULT_GROUP_SIZE) -> torch.Ten
 
 def decode(data: torch.Tensor, N: int, K: int, group_size: int = DEFAULT_GROUP_SIZE) -> torch.Tensor:
     """Exact float32 ``[N, K]``: ``scale·q + bias`` (the product is exact in float32)."""
-    g, nbytes = layout(group_size)
+    g, nbytes = block_geometry(group_size)
     b = as_blocks(data, nbytes)
     q = read_codes(b[:, 4:], g, 4).float()
     return (q * read_f16(b, 0).unsqueeze(1) + read_f16(b, 2).unsqueeze(1)).reshape(N, K)
@@ -42,7 +42,7 @@ def decode(data: torch.Tensor, N: int, K: int, group_size: int = DEFAULT_GROUP_S
 
 def validate(data: torch.Tensor, N: int, K: int, group_size: int = DEFAULT_GROUP_SIZE) -> None:
     """Reject non-finite scales or biases."""
-    _, nbytes = layout(group_size)
+    _, nbytes = block_geometry(group_size)
     b = as_blocks(data, nbytes)
     require_finite_f16(read_f16(b, 0), NAME, "scale")
     require_finite_f16(read_f16(b, 2), NAME, "bias")
@@ -51,7 +51,7 @@ def validate(data: torch.Tensor, N: int, K: int, group_size: int = DEFAULT_GROUP
 def random_blocks(N: int, K: int, generator: torch.Generator,
                   group_size: int = DEFAULT_GROUP_SIZE) -> torch.Tensor:
     """Random valid rows; scales of both signs, as MLX's own quantizer produces."""
-    g, nbytes = layout(group_size)
+    g, nbytes = block_geometry(group_size)
     n = N * K // g
     qs = torch.randint(0, 256, (n, g // 2), generator=generator, dtype=torch.uint8)
     fields = [f16_field(random_f16(n, generator, 0.01)), f16_field(random_f16(n, generator, 0.1)), qs]

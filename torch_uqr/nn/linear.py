@@ -246,9 +246,9 @@ class QuantLinear(nn.Module):
 
 def block_size_of(fmt: str, **opts) -> int:
     """Elements per block of ``fmt`` along K (mlx4: its group size, default 64)."""
-    from ..formats import layout
+    from ..formats import block_geometry
 
-    return layout(fmt, opts.get("group_size"))[0]
+    return block_geometry(fmt, opts.get("group_size"))[0]
 
 
 def save_quantized(module: nn.Module, path: str) -> None:

@@ -54,3 +54,5 @@ std::string check_message(const Args&... args) {
 }  // namespace uqr
 
 #define UQR_CHECK(cond, ...) TORCH_CHECK(cond, ::uqr::check_message(__VA_ARGS__))
+// A bad argument: raises ValueError in Python, as the Python API's own checks do.
+#define UQR_CHECK_ARG(cond, ...) TORCH_CHECK_VALUE(cond, ::uqr::check_message(__VA_ARGS__))

@@ -48,6 +48,17 @@ UQR_FN constexpr int uqr_block_bytes(int fmt, int g) { return fmt == UQR_Q4_0 ? 
   X(UQR_EXL3, "exl3") \
   X(UQR_TERNARY, "ternary") \
 
+// X(ENUM, "name") for the formats with a fixed block (no group size): the switches that
+// instantiate a kernel per format expand this list, so they name only grouped formats.
+#define UQR_FIXED_BLOCK_LIST(X) \
+  X(UQR_Q4_0, "q4_0") \
+  X(UQR_Q4_1, "q4_1") \
+  X(UQR_Q8_0, "q8_0") \
+  X(UQR_Q4_K, "q4_k") \
+  X(UQR_VAR_AFFINE, "var_affine") \
+  X(UQR_EXL3, "exl3") \
+  X(UQR_TERNARY, "ternary") \
+
 #define UQR_FORMAT_NAMES "'q4_0', 'q4_1', 'q8_0', 'q4_k', 'mlx4', 'var_affine', 'exl3', 'ternary'"
 
 // Formats with path "vec" on cpu: X(ENUM, "name").

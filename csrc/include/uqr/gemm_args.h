@@ -1,10 +1,12 @@
 // Host-side argument checking and layout planning for uqr::gemm, shared by every host backend
 // (CPU here; the MPS glue may call it too). Not part of the Metal-compatible subset: C++ and ATen.
-// The rules mirror torch_uqr/layout.py; docs/operator.md states them.
+// This is the one implementation of the rules (docs/operator.md states them): the Triton kernels and
+// the Metal emulator get their strides from it through the uqr::_plan op.
 #pragma once
 #include <ATen/ATen.h>
 #include <c10/util/string_view.h>
 
+#include <string>
 #include <vector>
 
 #include "params.h"
@@ -12,6 +14,8 @@
 namespace uqr {
 
 enum class GemmPath { kAuto, kMma, kVec, kInt8 };
+// Whose kernels will run the call: the optional paths ("vec", "int8") exist per backend.
+enum class Backend { kCpu, kCuda, kMetal };
 
 struct GemmPlan {
   uqr_gemm_params p;            // strides of x_used and of a fresh contiguous y of out_shape
@@ -28,10 +32,15 @@ int block_bytes(int fmt, int64_t group_size);
 // group_size valid for fmt (mlx4: 32 / 64 / 128; others 0 or their block); TORCH_CHECK naming `op`.
 void check_group_size(const char* op, int fmt, c10::string_view fmt_name, int64_t group_size);
 
-// Validates every argument (dtype, device, shapes, fmt/group_size/path) and computes the strides.
+// Validates every argument (dtype, device, shapes, fmt/group_size/path for `backend`) and computes
+// the strides.
 GemmPlan plan_gemm(const at::Tensor& x, const at::Tensor& w, c10::string_view fmt, int64_t N,
                    int64_t K, int64_t group_size, int64_t out_heads, bool in_heads,
-                   c10::string_view path);
+                   c10::string_view path, Backend backend);
+
+// uqr_gemm_params as an int64 list in UQR_PARAM_FIELDS order, and the field names (uqr::_plan).
+std::vector<int64_t> params_to_list(const uqr_gemm_params& p);
+std::vector<std::string> param_names();
 
 // The output tensor: torch.empty, or NaN-filled while poisoning is on (uqr::_set_poison; tests catch
 // unwritten elements).

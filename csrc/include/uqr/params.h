@@ -3,22 +3,35 @@
 //   x(b, m, k) = x[b*x_batch_stride + m*x_row_stride + (k / x_head_dim)*x_head_stride + k % x_head_dim]
 //   y(b, m, n) = y[b*y_batch_stride + m*y_row_stride + (n / y_head_dim)*y_head_stride + n % y_head_dim]
 // Plain [.., M, K] input: x_head_dim = K, x_head_stride = 0 (and likewise for y with N).
-// Strides are in elements. The Python mirror is torch_uqr/layout.py.
+// Strides are in elements. The fields are listed once, in UQR_PARAM_FIELDS: the struct, the host's
+// conversion to and from an int64 list (gemm_args.h, the Metal emulator) and Python's view of a plan
+// (torch_uqr/backends/strides.py, which reads the names from the uqr::_param_fields op) expand it.
 #pragma once
 #include "platform.h"
 
+#define UQR_PARAM_FIELDS(X)                                                                        \
+  X(uqr_i32, fmt)        /* uqr_format (format_table.h) */                                        \
+  X(uqr_i32, batch)      /* product of the leading dims of x that do not fold into M */          \
+  X(uqr_i32, M)          /* rows per batch */                                                     \
+  X(uqr_i32, N)          /* output features */                                                    \
+  X(uqr_i32, K)          /* input features */                                                     \
+  X(uqr_i32, group_size) /* elements per block (mlx4's g; the format's block otherwise) */        \
+  X(uqr_i32, block_bytes)                                                                          \
+  X(uqr_i32, row_bytes) /* bytes per weight row = (K / group_size) * block_bytes */               \
+  X(uqr_i64, x_batch_stride)                                                                       \
+  X(uqr_i64, x_row_stride)                                                                         \
+  X(uqr_i64, x_head_stride)                                                                        \
+  X(uqr_i32, x_head_dim)                                                                           \
+  X(uqr_i64, y_batch_stride)                                                                       \
+  X(uqr_i64, y_row_stride)                                                                         \
+  X(uqr_i64, y_head_stride)                                                                        \
+  X(uqr_i32, y_head_dim)
+
+#define UQR_DECLARE_PARAM(type, name) type name;
 struct uqr_gemm_params {
-  uqr_i32 fmt;          // uqr_format (formats.h)
-  uqr_i32 batch;        // product of the leading dims of x
-  uqr_i32 M, N, K;      // rows per batch, output features, input features
-  uqr_i32 group_size;   // elements per block (mlx4's g; the format's block size otherwise)
-  uqr_i32 block_bytes;  // bytes per block
-  uqr_i32 row_bytes;    // bytes per weight row = (K / group_size) * block_bytes
-  uqr_i64 x_batch_stride, x_row_stride, x_head_stride;
-  uqr_i32 x_head_dim;
-  uqr_i64 y_batch_stride, y_row_stride, y_head_stride;
-  uqr_i32 y_head_dim;
+  UQR_PARAM_FIELDS(UQR_DECLARE_PARAM)
 };
+#undef UQR_DECLARE_PARAM
 
 // The x offset splits into a row part and a column part, so a kernel that reads several rows at the
 // same columns (the Metal matrix-vector kernel) divides by x_head_dim once per column, not per element.

@@ -22,14 +22,17 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-Q4_0: tl.constexpr = tl.constexpr(0)
-Q4_1: tl.constexpr = tl.constexpr(1)
-Q8_0: tl.constexpr = tl.constexpr(2)
-Q4_K: tl.constexpr = tl.constexpr(3)
-MLX4: tl.constexpr = tl.constexpr(4)
-VAR_AFFINE: tl.constexpr = tl.constexpr(5)
-EXL3: tl.constexpr = tl.constexpr(6)
-TERNARY: tl.constexpr = tl.constexpr(7)
+from .formats_meta import FORMAT_CODES
+
+# The format codes decode_tile branches on: the table's ids (formats_meta.FORMAT_CODES).
+Q4_0: tl.constexpr = tl.constexpr(FORMAT_CODES["q4_0"])
+Q4_1: tl.constexpr = tl.constexpr(FORMAT_CODES["q4_1"])
+Q8_0: tl.constexpr = tl.constexpr(FORMAT_CODES["q8_0"])
+Q4_K: tl.constexpr = tl.constexpr(FORMAT_CODES["q4_k"])
+MLX4: tl.constexpr = tl.constexpr(FORMAT_CODES["mlx4"])
+VAR_AFFINE: tl.constexpr = tl.constexpr(FORMAT_CODES["var_affine"])
+EXL3: tl.constexpr = tl.constexpr(FORMAT_CODES["exl3"])
+TERNARY: tl.constexpr = tl.constexpr(FORMAT_CODES["ternary"])
 
 
 @triton.jit
@@ -248,5 +251,8 @@ def decode_tile(w_ptr, row_off, n_ok, s0, n_sub, FMT: tl.constexpr, GROUP: tl.co
     elif FMT == EXL3:
         w, kl = _decode_exl3(w_ptr, row_off, n_ok, s0, n_sub, BN, NS)
     else:
+        # A format without a branch here has no Triton decoder: fail at compile time, never decode
+        # its bytes as another format's.
+        tl.static_assert(FMT == TERNARY, "decode_tile: no Triton decoder for this format")
         w, kl = _decode_ternary(w_ptr, row_off, n_ok, s0, n_sub, BN, NS)
     return w, kl

@@ -8,7 +8,7 @@ which picks the kernel by M and path and, for the CUDA C++ kernels, their whole 
     path "auto" -> the CUDA C++ tensor-core kernels (op uqr::_qmma_cuda) for bf16/fp16 x, the
                    formats they handle and aligned shapes (qmma_fits): csrc/cuda/qmma_small_m.cu
                    up to configs.QMMA_MAX_ROWS rows, qmma_mid_m.cu for 17..QMMA_MID_MAX_ROWS
-                   rows (..QMMA_MID_MAX_ROWS_WITH_WGMMA on an sm_90 GPU: none but q8_0's) when N >= QMMA_MID_MIN_N
+                   rows (..QMMA_MID_MAX_ROWS_WITH_WGMMA on an sm_90 GPU) when N >= QMMA_MID_MIN_N
                    (qmma_auto); then, on an sm_90 GPU, the Hopper wgmma kernel
                    csrc/cuda/qmma_wgmma.cu (op uqr::_wgmma_cuda) for the rows of
                    configs.WGMMA_ROWS (wgmma_auto); else vec for ternary at tiny M; gemv.py (CUDA
@@ -41,7 +41,7 @@ from .dequant import dequantize_cuda, dequantize_triton
 from .formats_meta import FORMAT_CODES, block_geometry
 from .gemm import gemm_mma
 from .gemv import gemm_gemv
-from .layout import GemmLayout, plan_gemm
+from ..strides import GemmPlan, plan
 from .scratch_pipeline import scratch_pipelined
 from .ternary_vec import gemm_ternary_vec
 
@@ -212,10 +212,6 @@ def scratch_auto(fmt: str, rows: int, x_dtype: torch.dtype, bmm_per_batch: bool 
 MID_TILE_ROWS = 128  # weight rows of a mid-M / wgmma CTA (8 warps x 16; kSkTileRows, kWgWarps * 16)
 SMALL_TILE_ROWS = 16  # weight rows of a small-M / int8 CTA (kWarpRows)
 KSPLIT_WARPS = (1, 2, 4, 8)  # K-splitting warps a small-M / int8 CTA can have (ksplit::kMaxWarps = 8)
-# Builds of the Hopper kernel whose stages do not fit shared memory (wg_fits in qmma_wgmma.cu; the
-# op refuses such a plan): (fmt, group size) at 128-row tiles, and at two CTAs an SM of 64 rows.
-WGMMA_NO_BM128 = frozenset({("mlx4", 128)})
-WGMMA_NO_TWO_CTAS = frozenset({("mlx4", 128), ("q8_0", 0)})
 # int8 kernel variants (Int8Variant in qmma_int8.h).
 INT8_TILES, INT8_XRING, INT8_XPIPE, INT8_COLS = 0, 1, 2, 3
 
@@ -369,13 +365,13 @@ def plan_wgmma(fmt: str, group_size: int, N: int, K: int, rows: int, *, sms: int
     the grid fills one wave, keeping >= 4 stages per split for the pipeline."""
     tune = tune or tuning.current()
     key = (fmt, group_size if fmt == "mlx4" else 0)
-    fits128 = key not in WGMMA_NO_BM128
+    fits128 = key not in configs.WGMMA_NO_BM128
     bm = 128 if rows > configs.WGMMA_BM64_MAX_ROWS and fits128 else 64
     if tune.wgmma_bm == 64 or (tune.wgmma_bm == 128 and fits128):
         bm = tune.wgmma_bm
     row_tiles = -(-N // MID_TILE_ROWS)
     ctas = 1
-    if bm == 64 and key not in WGMMA_NO_TWO_CTAS and (
+    if bm == 64 and key not in configs.WGMMA_NO_TWO_CTAS and (
             tune.wgmma_ctas == 2
             or (tune.wgmma_ctas is None and rows <= configs.WGMMA_BM64_MAX_ROWS and 2 * row_tiles <= sms)):
         ctas = 2
@@ -475,43 +471,25 @@ def run_int8(x: torch.Tensor, w: torch.Tensor, fmt: str, N: int, K: int, group_s
     return torch.ops.uqr._int8_cuda(x, w, fmt, N, K, group_size, out_heads, in_heads, *plan.args())
 
 
-def _check_weight(w: torch.Tensor, x: torch.Tensor, fmt: str, N: int, K: int, group_size: int) -> None:
-    if fmt not in FORMAT_CODES:
-        raise ValueError(f"fmt: expected one of {format_table.quoted_names(format_table.NAMES)}, got {fmt!r}")
-    if not format_table.BY_NAME[fmt].grouped and group_size not in (0, block_geometry(fmt)[0]):
-        raise ValueError(f"group_size: expected 0 for {fmt}, got {group_size}")
-    elems, nbytes = block_geometry(fmt, group_size)
-    if N <= 0 or K <= 0 or K % elems:
-        raise ValueError(f"K: expected a positive multiple of {fmt}'s block of {elems} (N={N}, K={K})")
-    row_bytes = K // elems * nbytes
-    if w.dtype != torch.uint8 or w.dim() != 2 or tuple(w.shape) != (N, row_bytes) or w.stride(1) != 1:
-        raise ValueError(f"w: expected uint8 [{N}, {row_bytes}] with unit-stride rows for {fmt} "
-                         f"(N={N}, K={K}), got {w.dtype} {list(w.shape)} strides {w.stride()}")
-    if w.device != x.device:
-        raise ValueError(f"w: expected on x's device {x.device}, got {w.device}")
-    if w.stride(0) % 2:
-        raise ValueError("w: row stride must be even (fp16 fields are read as aligned halves)")
-
-
-def _scratch_matmul(lay: GemmLayout, w: torch.Tensor, fmt: str, N: int, K: int, group_size: int) -> None:
+def _scratch_matmul(lay: GemmPlan, w: torch.Tensor, fmt: str, N: int, K: int, group_size: int) -> None:
     """Decode W once into x's dtype, then cuBLAS; layouts are bridged with torch views/copies."""
     x = lay.x
     # [batch, M, K] view of x; head-strided x is gathered by torch (one copy, amortised at large M).
-    if lay.x_hs:
+    if lay.x_head_stride:
         x = x.reshape(-1, x.shape[-3], x.shape[-2], x.shape[-1]).transpose(1, 2).reshape(-1, lay.M, K)
     else:
         x = x.reshape(-1, lay.M, K)
     pipe = configs.scratch_pipeline_for(lay.M * lay.batch, N)
-    if pipe is not None and not lay.y_hs:
+    if pipe is not None and not lay.y_head_stride:
         # Decode slice by slice on a side stream while cuBLAS multiplies the previous slice.
         scratch_pipelined(x.reshape(-1, K), w, fmt, N, K, group_size, lay.y.view(-1, N), scratch_decoder(), *pipe)
         return
     wd = scratch_decoder()(w, fmt, N, K, group_size, dtype=lay.x.dtype)
-    if lay.y_hs:
+    if lay.y_head_stride:
         # Direct-head y [batch, H, M, D]: head h is x @ W[hD:(h+1)D]^T, an [M, D] block of y. One
         # strided-batched cuBLAS call per x batch, x broadcast over heads by a stride-0 view, writes
         # each block in place (no [M, N] product and no copy into y).
-        H, D = N // lay.y_hd, lay.y_hd
+        H, D = N // lay.y_head_dim, lay.y_head_dim
         w_heads = wd.view(H, D, K).transpose(1, 2)
         y_view = lay.y.view(-1, H, lay.M, D)
         for b in range(x.shape[0]):
@@ -525,18 +503,11 @@ def gemm_cuda_route(x: torch.Tensor, w: torch.Tensor, fmt: str, N: int, K: int, 
                 config: GemmConfig | VecConfig | None = None) -> torch.Tensor:
     """y = x W^T with W packed in ``fmt`` on CUDA: the Triton kernels or the CUDA C++ ones, chosen by
     M and path; ``kernel``/``config`` override the choice (tests, bench)."""
-    if path not in PATHS:
-        raise ValueError(f"path: expected one of {PATHS}, got {path!r}")
     if kernel not in KERNELS:
         raise ValueError(f"kernel: expected one of {KERNELS}, got {kernel!r}")
-    if path == "vec" and fmt != "ternary":
-        raise ValueError(f"path: 'vec' is only valid for fmt 'ternary', got fmt {fmt!r}")
-    if path == "int8" and fmt not in INT8_FORMATS:
-        raise ValueError(f"path: 'int8' is only valid for fmt {', '.join(map(repr, INT8_FORMATS))}, got fmt {fmt!r}")
-    _check_weight(w, x, fmt, N, K, group_size)
-    if x.dtype not in (torch.float16, torch.bfloat16, torch.float32):
-        raise ValueError(f"x: expected float16, bfloat16 or float32, got {x.dtype}")
-    rows = x.numel() // K
+    # The operator's contract, checked once, in C++ (uqr::plan_gemm): errors name the argument.
+    lay = plan(x, w, fmt, N, K, group_size, out_heads, in_heads, path, "cuda", allocate=False)
+    rows = lay.M * lay.batch
     if kernel == "int8":
         return _int8_forced(x, w, fmt, N, K, group_size, out_heads, in_heads, rows)
     if path == "int8":
@@ -555,16 +526,15 @@ def gemm_cuda_route(x: torch.Tensor, w: torch.Tensor, fmt: str, N: int, K: int, 
         if path == "vec":
             raise ValueError("kernel: 'wgmma' has no vec path")
         return run_wgmma(x, w, fmt, N, K, group_size, out_heads, in_heads)
-    lay = plan_gemm(x, N, K, out_heads, in_heads)
+    lay.allocate()
     if lay.y.numel() == 0:
         return lay.y
     sms = _sm_count(x.device)
-    rows = lay.M * lay.batch
     if kernel == "auto":
         if path == "auto" and rows <= configs.GEMV_AUTO_MAX_M:
             kernel = "gemv"
         else:
-            kernel = "scratch" if scratch_auto(fmt, rows, lay.x.dtype, lay.y_hs and lay.batch > 1) else "fused"
+            kernel = "scratch" if scratch_auto(fmt, rows, lay.x.dtype, lay.y_head_stride and lay.batch > 1) else "fused"
     if path == "auto":
         path = "vec" if fmt == "ternary" and rows <= configs.VEC_AUTO_MAX_M else "mma"
     if path == "vec":

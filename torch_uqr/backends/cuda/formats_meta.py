@@ -16,5 +16,5 @@ def block_geometry(fmt: str, group_size: int = 0) -> tuple[int, int]:
     row = BY_NAME[fmt]
     if row.grouped and group_size not in row.group_sizes:
         raise ValueError(f"group_size: {fmt} needs one of {row.group_sizes}, got {group_size}")
-    return row.layout(group_size if row.grouped else 0)
+    return row.block_geometry(group_size if row.grouped else 0)
 

@@ -17,7 +17,7 @@ import triton.language as tl
 from .configs import GemmConfig
 from .decode import decode_tile
 from .formats_meta import FORMAT_CODES
-from .layout import GemmLayout
+from ..strides import GemmPlan
 from .reduce import new_workspace, splitk_reduce
 
 
@@ -78,7 +78,7 @@ def interpreter_needs_upcast(dtype: torch.dtype) -> bool:
     return dtype == torch.bfloat16 and os.environ.get("TRITON_INTERPRET") == "1"
 
 
-def gemm_mma(lay: GemmLayout, w: torch.Tensor, fmt: str, N: int, K: int, group_size: int,
+def gemm_mma(lay: GemmPlan, w: torch.Tensor, fmt: str, N: int, K: int, group_size: int,
              cfg: GemmConfig) -> None:
     """Run the tensor-core kernel, writing ``lay.y``."""
     n_tiles = triton.cdiv(K // 32, cfg.NS)
@@ -87,7 +87,7 @@ def gemm_mma(lay: GemmLayout, w: torch.Tensor, fmt: str, N: int, K: int, group_s
     split_k = triton.cdiv(n_tiles, tiles_per_split)  # no empty splits: every ws plane is written
     ws = new_workspace(split_k, lay, N) if split_k > 1 else lay.y
     grid = (triton.cdiv(N, cfg.BN) * triton.cdiv(lay.M, cfg.BM), split_k, lay.batch)
-    _gemm_kernel[grid](lay.x, w, lay.y, ws, lay.M, N, K, w.stride(0), *lay.strides(),
+    _gemm_kernel[grid](lay.x, w, lay.y, ws, lay.M, N, K, w.stride(0), *lay.kernel_strides(),
                        FORMAT_CODES[fmt], group_size, cfg.BN, cfg.BM, cfg.NS, tiles_per_split, split_k,
                        dot_precision(lay.x.dtype),
                        interpreter_needs_upcast(lay.x.dtype), num_warps=cfg.num_warps, num_stages=cfg.num_stages)

@@ -14,7 +14,7 @@ import triton.language as tl
 from .configs import VecConfig
 from .decode import decode_tile
 from .formats_meta import FORMAT_CODES
-from .layout import GemmLayout
+from ..strides import GemmPlan
 from .reduce import new_workspace, splitk_reduce, store_row_results
 
 
@@ -52,7 +52,7 @@ def _gemv_kernel(x_ptr, w_ptr, y_ptr, ws_ptr, M, N, K, w_row_stride,
     store_row_results(y_ptr, ws_ptr, acc, n, N, b, m, M, y_bs, y_rs, y_hd, y_hs, SPLIT_K)
 
 
-def gemm_gemv(lay: GemmLayout, w: torch.Tensor, fmt: str, N: int, K: int, group_size: int,
+def gemm_gemv(lay: GemmPlan, w: torch.Tensor, fmt: str, N: int, K: int, group_size: int,
               cfg: VecConfig) -> None:
     """Run the row kernel, writing ``lay.y``."""
     n_tiles = triton.cdiv(K // 32, cfg.NS)
@@ -60,7 +60,7 @@ def gemm_gemv(lay: GemmLayout, w: torch.Tensor, fmt: str, N: int, K: int, group_
     split_k = triton.cdiv(n_tiles, tiles_per_split)
     ws = new_workspace(split_k, lay, N) if split_k > 1 else lay.y
     grid = (triton.cdiv(N, cfg.BN), split_k, lay.batch * lay.M)
-    _gemv_kernel[grid](lay.x, w, lay.y, ws, lay.M, N, K, w.stride(0), *lay.strides(),
+    _gemv_kernel[grid](lay.x, w, lay.y, ws, lay.M, N, K, w.stride(0), *lay.kernel_strides(),
                        FORMAT_CODES[fmt], group_size, cfg.BN, cfg.NS, tiles_per_split, split_k,
                        cfg.reduce_each, num_warps=cfg.num_warps)
     if split_k > 1:

@@ -5,7 +5,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .layout import GemmLayout
+from ..strides import GemmPlan
 
 REDUCE_BLOCK = 1024
 
@@ -39,14 +39,14 @@ def store_row_results(y_ptr, ws_ptr, out, n, N, b, m, M, y_bs, y_rs, y_hd, y_hs,
         tl.store(ws_ptr + plane + m.to(tl.int64) * N + n, out, mask=n < N)
 
 
-def new_workspace(split_k: int, lay: GemmLayout, N: int) -> torch.Tensor:
+def new_workspace(split_k: int, lay: GemmPlan, N: int) -> torch.Tensor:
     """fp32 [split_k, batch, M, N] partial sums; every element is written by exactly one program."""
     return torch.empty((split_k, lay.batch, lay.M, N), dtype=torch.float32, device=lay.x.device)
 
 
-def splitk_reduce(ws: torch.Tensor, lay: GemmLayout, N: int) -> None:
+def splitk_reduce(ws: torch.Tensor, lay: GemmPlan, N: int) -> None:
     """y = sum over the split axis of ``ws``, cast to y's dtype and scattered into its layout."""
     split_k = ws.shape[0]
     grid = (triton.cdiv(lay.M * N, REDUCE_BLOCK), lay.batch)
-    _splitk_reduce_kernel[grid](ws, lay.y, lay.M, N, lay.y_bs, lay.y_rs, lay.y_hd, lay.y_hs,
+    _splitk_reduce_kernel[grid](ws, lay.y, lay.M, N, lay.y_batch_stride, lay.y_row_stride, lay.y_head_dim, lay.y_head_stride,
                                 split_k, REDUCE_BLOCK)

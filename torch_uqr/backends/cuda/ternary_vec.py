@@ -13,7 +13,7 @@ import triton.language as tl
 
 from .configs import VecConfig
 from .decode import ternary_codes
-from .layout import GemmLayout
+from ..strides import GemmPlan
 from .reduce import new_workspace, splitk_reduce, store_row_results
 
 
@@ -45,14 +45,14 @@ def _ternary_vec_kernel(x_ptr, w_ptr, y_ptr, ws_ptr, M, N, K, w_row_stride,
         acc += tl.sum(signed, axis=2) * tl.reshape(d, (BN, NS))
     store_row_results(y_ptr, ws_ptr, tl.sum(acc, axis=1), n, N, b, m, M, y_bs, y_rs, y_hd, y_hs, SPLIT_K)
 
-def gemm_ternary_vec(lay: GemmLayout, w: torch.Tensor, N: int, K: int, cfg: VecConfig) -> None:
+def gemm_ternary_vec(lay: GemmPlan, w: torch.Tensor, N: int, K: int, cfg: VecConfig) -> None:
     """Run the add/subtract kernel, writing ``lay.y``."""
     n_tiles = triton.cdiv(K // 32, cfg.NS)
     tiles_per_split = triton.cdiv(n_tiles, max(1, min(cfg.SPLIT_K, n_tiles)))
     split_k = triton.cdiv(n_tiles, tiles_per_split)
     ws = new_workspace(split_k, lay, N) if split_k > 1 else lay.y
     grid = (triton.cdiv(N, cfg.BN), split_k, lay.batch * lay.M)
-    _ternary_vec_kernel[grid](lay.x, w, lay.y, ws, lay.M, N, K, w.stride(0), *lay.strides(),
+    _ternary_vec_kernel[grid](lay.x, w, lay.y, ws, lay.M, N, K, w.stride(0), *lay.kernel_strides(),
                               cfg.BN, cfg.NS, tiles_per_split, split_k, num_warps=cfg.num_warps)
     if split_k > 1:
         splitk_reduce(ws, lay, N)

@@ -6,12 +6,30 @@
 // The shim's simdgroup (barriers, matrix lanes) must be the width the kernels and launch.h assume.
 static_assert(uqr_emu::kSimdWidth == UQR_SIMD_WIDTH, "metal-emu: shim simdgroup width differs from uqr_limits.h");
 
-extern "C" int uqr_emu_gemm(const void* x, const void* w, void* y, const uqr_gemm_params* p, int dtype,
-                            int path, char* err, int err_len) {
+// The params arrive as the int64 list uqr::_plan returns (UQR_PARAM_FIELDS order), so no caller
+// re-declares the struct's layout.
+static const char* params_from_list(const long long* values, int n, uqr_gemm_params* p) {
+#define UQR_COUNT_PARAM(type, name) +1
+  if (n != 0 UQR_PARAM_FIELDS(UQR_COUNT_PARAM)) return "metal-emu: params: wrong number of fields";
+#undef UQR_COUNT_PARAM
+  int i = 0;
+#define UQR_READ_PARAM(type, name)                                              \
+  if ((long long)(type)values[i] != values[i]) return "metal-emu: params: " #name " does not fit its field"; \
+  p->name = (type)values[i++];
+  UQR_PARAM_FIELDS(UQR_READ_PARAM)
+#undef UQR_READ_PARAM
+  return nullptr;
+}
+
+extern "C" int uqr_emu_gemm(const void* x, const void* w, void* y, const long long* params, int n_params,
+                            int dtype, int path, char* err, int err_len) {
   auto fail = [&](const char* msg) {
     std::snprintf(err, (size_t)err_len, "%s", msg);
     return 1;
   };
+  uqr_gemm_params params_struct;
+  const uqr_gemm_params* p = &params_struct;
+  if (const char* msg = params_from_list(params, n_params, &params_struct)) return fail(msg);
   uqr_launch plan;
   if (const char* msg = uqr_plan_launch(*p, dtype, path, plan)) return fail(msg);
   auto it = uqr_emu::registry().find(plan.name);
@@ -40,16 +58,18 @@ extern "C" int uqr_emu_gemm(const void* x, const void* w, void* y, const uqr_gem
   return 0;
 }
 
-extern "C" const char* uqr_emu_kernel_name(const uqr_gemm_params* p, int dtype, int path) {
+extern "C" const char* uqr_emu_kernel_name(const long long* params, int n_params, int dtype, int path) {
   static char name[sizeof(uqr_launch::name)];
+  uqr_gemm_params p;
   uqr_launch plan;
-  if (uqr_plan_launch(*p, dtype, path, plan)) return "";
+  if (params_from_list(params, n_params, &p) || uqr_plan_launch(p, dtype, path, plan)) return "";
   std::snprintf(name, sizeof name, "%s", plan.name);
   return name;
 }
 
 #ifdef UQR_EMU_MAIN
-// Request file: uqr_gemm_params, int32 dtype, int32 path, int64 x/w/y byte counts, then the bytes.
+// Request file: int32 field count, the int64 params list, int32 dtype, int32 path, int64 x/w/y byte
+// counts, then the bytes.
 // Each buffer gets an allocation of exactly its size, so AddressSanitizer flags any kernel access
 // past the data it was given. y (poisoned by the caller) is written back to the output file.
 static unsigned char* read_exact(std::FILE* f, long long n) {
@@ -68,18 +88,20 @@ int main(int argc, char** argv) {
   }
   std::FILE* in = std::fopen(argv[1], "rb");
   if (!in) return 2;
-  uqr_gemm_params p;
+  int n_params = 0;
+  long long params[64];
   int header[2];
   long long sizes[3];
-  if (std::fread(&p, sizeof p, 1, in) != 1 || std::fread(header, sizeof header, 1, in) != 1 ||
-      std::fread(sizes, sizeof sizes, 1, in) != 1)
+  if (std::fread(&n_params, sizeof n_params, 1, in) != 1 || n_params < 0 || n_params > 64 ||
+      std::fread(params, sizeof params[0], (size_t)n_params, in) != (size_t)n_params ||
+      std::fread(header, sizeof header, 1, in) != 1 || std::fread(sizes, sizeof sizes, 1, in) != 1)
     return 2;
   unsigned char* x = read_exact(in, sizes[0]);
   unsigned char* w = read_exact(in, sizes[1]);
   unsigned char* y = read_exact(in, sizes[2]);
   std::fclose(in);
   char err[256] = {0};
-  if (uqr_emu_gemm(x, w, y, &p, header[0], header[1], err, sizeof err)) {
+  if (uqr_emu_gemm(x, w, y, params, n_params, header[0], header[1], err, sizeof err)) {
     std::fprintf(stderr, "%s\n", err);
     return 3;
   }

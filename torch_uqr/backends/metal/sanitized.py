@@ -74,7 +74,7 @@ def run_sanitized(variant: str, x: torch.Tensor, w: torch.Tensor, fmt: str, N: i
     with tempfile.TemporaryDirectory(prefix="uqr_emu_") as tmp:
         request, output = Path(tmp) / "request.bin", Path(tmp) / "y.bin"
         with open(request, "wb") as f:
-            f.write(bytes(req.params))
+            f.write(struct.pack(f"<i{len(req.params)}q", len(req.params), *req.params))
             f.write(struct.pack("<ii", req.dtype, req.path))
             f.write(struct.pack("<qqq", len(x_bytes), len(w_bytes), len(y_bytes)))
             f.write(x_bytes + w_bytes + y_bytes)
