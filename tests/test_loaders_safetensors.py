@@ -107,3 +107,18 @@ def test_truncated_and_bit_flipped_files(tmp_path, loader, make):
         except ValueError:
             results["error"] += 1
     assert results["error"] > 10 and results["ok"] > 5, results
+
+
+def test_empty_tensors_are_refused_not_loaded_as_k0(tmp_path):
+    """An empty weight must not become a QTensor with K = 0 (or N = 0)."""
+    empty = torch.zeros((6, 0), dtype=torch.int32).view(torch.uint32)
+    save_file({"l.weight": empty, "l.scales": torch.zeros((6, 0), dtype=torch.float16),
+               "l.biases": torch.zeros((6, 0), dtype=torch.float16)}, str(tmp_path / "model.safetensors"))
+    (tmp_path / "config.json").write_text(json.dumps({"quantization": {"group_size": 32, "bits": 4}}))
+    with pytest.raises(ValueError, match="empty"):
+        torch_uqr.load_mlx(tmp_path)
+    for packed in (torch.zeros((3, 0), dtype=torch.uint8), torch.zeros((0, 32), dtype=torch.uint8)):
+        save_file({"l.weight": packed, "l.weight_scale": torch.ones(1)}, str(tmp_path / "model.safetensors"))
+        (tmp_path / "config.json").write_text("{}")
+        with pytest.raises(ValueError, match="K=0|out_features"):
+            torch_uqr.load_bitnet(tmp_path)

@@ -104,3 +104,59 @@ def test_quantize_model_swaps_skips_and_reports():
     with pytest.raises(ValueError, match="block size"):
         torch_uqr.quantize_model(nn.Sequential(nn.Linear(48, 8)), "q4_0", fallback="error",
                                  progress=False, verbose=False)
+
+
+def _state(m):
+    return {k: v.clone() for k, v in m.state_dict().items()}
+
+
+def test_state_dict_is_validated_like_the_constructor():
+    src = QuantLinear.from_linear(nn.Linear(64, 32), "q4_0")
+    dst = QuantLinear.from_linear(nn.Linear(64, 32), "q4_0")
+    before = _state(dst)
+    cases = {
+        "bias must be a float tensor of shape \\(32,\\)": {"bias": torch.zeros(1)},
+        "bias must be a float tensor of shape \\(32,\\) \\(out_features\\), got torch.float32 \\(33,\\)": {"bias": torch.zeros(33)},
+        "q4_0: data has 1152 bytes, expected": {"weight_shape": torch.tensor([16, 64, 0, 64])},
+        "K=48 is not a multiple": {"weight_shape": torch.tensor([32, 48, 0, 48])},
+        "in_features must be in 1..64": {"weight_shape": torch.tensor([32, 64, 0, 65])},
+        "ASCII format name": {"weight_format": torch.tensor([0xC3, 0xA9], dtype=torch.uint8)},
+        "unknown format 'zz'": {"weight_format": torch.tensor(list(b"zz"), dtype=torch.uint8)},
+        "weight_shape must be an int64 tensor": {"weight_shape": torch.tensor([32, 64])},
+        "has no group size": {"weight_shape": torch.tensor([32, 64, 32, 64])},
+        "non-finite fp16 scale": {"weight": torch.full((32, 36), 0x7E, dtype=torch.uint8)},
+    }
+    for match, change in cases.items():
+        sd = _state(src)
+        sd.update(change)
+        with pytest.raises(ValueError, match=match):
+            dst.load_state_dict(sd)
+        for k, v in before.items():  # a refused state dict leaves the module as it was
+            assert torch.equal(dst.state_dict()[k], v), (match, k)
+    dst.load_state_dict(_state(src))
+    x = torch.randn(2, 64)
+    assert torch.equal(dst(x), src(x))
+
+
+def test_weight_changed_in_place_after_a_forward_is_validated_again():
+    m = QuantLinear.from_linear(nn.Linear(64, 32), "q4_0")
+    x = torch.randn(1, 64)
+    m(x)
+    m.weight[3, 0:2] = torch.tensor([0x00, 0x7E], dtype=torch.uint8)  # fp16 NaN scale, same storage
+    with pytest.raises(ValueError, match="non-finite"):
+        m(x)
+    m.weight[3, 0:2] = torch.tensor([0x00, 0x3C], dtype=torch.uint8)  # 1.0: valid again
+    m(x)
+    view = m.weight.view(-1)
+    view[0:2] = torch.tensor([0x00, 0x7C], dtype=torch.uint8)  # +Inf through a view
+    with pytest.raises(ValueError, match="non-finite"):
+        m(x)
+
+
+def test_from_bytes_owns_its_bytes():
+    qt = torch_uqr.quantize(torch.randn(4, 64), "q8_0")
+    for src in (qt.data.clone(), qt.data.numpy().copy()):
+        own = torch_uqr.QTensor.from_bytes(src, "q8_0", (4, 64))
+        expect = own.data.clone()
+        src[0, 0:2] = torch.tensor([0x00, 0x7E]) if isinstance(src, torch.Tensor) else [0x00, 0x7E]
+        assert torch.equal(own.data, expect)  # the caller's later write does not reach the QTensor

@@ -4,7 +4,7 @@ One PyTorch operator, ``torch.ops.uqr.gemm``, that multiplies activations by wei
 GGUF Q4_0 / Q4_1 / Q8_0 / Q4_K, MLX 4-bit affine, an EXL2-style variable-rate affine format, an
 EXL3-style codebook format or BitNet ternary, decoding the packed blocks on the fly.
 """
-from .qtensor import QTensor, formats, quantize, dequantize
+from .qtensor import QTensor, QuantizationWarning, formats, quantize, dequantize
 from .interop import from_mlx, to_mlx, from_bitnet, from_gguf_ternary
 from .ops import gemm
 from . import nn
@@ -13,7 +13,7 @@ from .loaders import load_gguf, load_mlx, load_bitnet
 from .models.auto import from_pretrained, gguf_tokenizer
 
 __all__ = [
-    "QTensor", "formats", "quantize", "dequantize",
+    "QTensor", "QuantizationWarning", "formats", "quantize", "dequantize",
     "from_mlx", "to_mlx", "from_bitnet", "from_gguf_ternary",
     "gemm", "nn", "quantize_model", "load_gguf", "load_mlx", "load_bitnet",
     "from_pretrained", "gguf_tokenizer",

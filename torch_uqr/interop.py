@@ -6,6 +6,7 @@
 """
 from __future__ import annotations
 
+import warnings
 from typing import Sequence
 
 import numpy as np
@@ -14,7 +15,7 @@ import torch
 from .formats import mlx4, ternary
 from .formats._bytes import read_f16
 from .formats._checks import require_finite_f16
-from .qtensor import QTensor, as_uint8_tensor
+from .qtensor import QTensor, QuantizationWarning, as_uint8_tensor
 
 __all__ = ["from_mlx", "to_mlx", "from_bitnet", "from_gguf_ternary"]
 
@@ -62,6 +63,8 @@ def from_mlx(wq, scales, biases, group_size: int = 64) -> QTensor:
     if wq.dtype != np.uint32 or wq.ndim != 2:
         raise ValueError(f"wq must be a 2-D uint32 array [N, K/8], got {wq.dtype} with shape {wq.shape}")
     N, K = wq.shape[0], wq.shape[1] * 8
+    if N < 1 or K < 1:
+        raise ValueError(f"wq must have at least one row and one word, got shape {wq.shape} (an empty tensor)")
     if K % g:
         raise ValueError(f"mlx4: K={K} (from wq's {wq.shape[1]} words) is not a multiple of group_size {g}")
     for name, a in (("scales", sc), ("biases", bi)):
@@ -91,10 +94,23 @@ def to_mlx(qt: QTensor) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return wq, scales, biases
 
 
+_F16_MIN_NORMAL = 2.0 ** -14
+
+
 def _scale_to_f16(d: torch.Tensor, what: str) -> torch.Tensor:
+    """Per-row factors ``d`` ``[N]`` as fp16 values; too large raises, too small warns (the rows)."""
     h = d.to(torch.float16).float()
     if not bool(torch.isfinite(h).all()):
         raise ValueError(f"ternary: {what} does not fit fp16 (got max |d| = {d.abs().max().item():.4g})")
+    small = (d != 0) & (d.abs() < _F16_MIN_NORMAL)
+    if bool(small.any()):
+        rows = torch.nonzero(small).reshape(-1).tolist()
+        shown = ", ".join(map(str, rows[:10])) + (", ..." if len(rows) > 10 else "")
+        worst = d[small].abs().min().item()
+        warnings.warn(QuantizationWarning(
+            f"ternary: {what} of {len(rows)} rows is below fp16's normal range (rows {shown}; smallest "
+            f"|d| = {worst:.4g} < 2**-14): it keeps fewer than 11 significant bits"
+            + (", and rounds to 0 for some rows" if bool((h[small] == 0).any()) else ""), rows), stacklevel=3)
     return h
 
 
@@ -118,8 +134,9 @@ def from_bitnet(packed, weight_scale, out_features: int, convention: str = "divi
     if N < 1 or p.shape[0] != rows:
         raise ValueError(f"packed has {p.shape[0]} rows; out_features={N} needs ceil(N/4) = {rows}")
     K = p.shape[1]
-    if K % ternary.BLOCK:
-        raise ValueError(f"ternary: K={K} is not a multiple of the block size {ternary.BLOCK}")
+    if K < 1 or K % ternary.BLOCK:
+        raise ValueError(f"ternary: K={K} (packed's columns) must be a positive multiple of the block size "
+                         f"{ternary.BLOCK}")
     shifts = torch.arange(0, 8, 2, device=p.device, dtype=torch.int32).view(4, 1, 1)
     codes = ((p.to(torch.int32).unsqueeze(0) >> shifts) & 3).reshape(4 * rows, K)[:N]
     bad = torch.nonzero(codes == 3)
@@ -132,7 +149,7 @@ def from_bitnet(packed, weight_scale, out_features: int, convention: str = "divi
     if not bool(torch.isfinite(ws).all()) or (convention == "divide" and bool((ws == 0).any())):
         raise ValueError("weight_scale must be finite (and non-zero for the divide convention)")
     d = (1.0 / ws) if convention == "divide" else ws
-    d = _scale_to_f16(d.expand(N), "the weight scale").repeat_interleave(K // ternary.BLOCK)
+    d = _scale_to_f16(d.expand(N).contiguous(), "the weight scale").repeat_interleave(K // ternary.BLOCK)
     blocks = ternary.pack(d, codes.reshape(-1, ternary.BLOCK) - 1)
     return QTensor(blocks.reshape(N, -1), "ternary", (N, K))
 

@@ -5,6 +5,7 @@ everything else (block size, bits per weight) follows from ``fmt`` and ``group_s
 """
 from __future__ import annotations
 
+import warnings
 from typing import Sequence
 
 import numpy as np
@@ -12,7 +13,7 @@ import torch
 
 from . import formats as _formats
 
-__all__ = ["QTensor", "formats", "quantize", "dequantize"]
+__all__ = ["QTensor", "QuantizationWarning", "formats", "quantize", "dequantize"]
 
 # Rows are decoded/validated in slices of about this many weights, so that the int32/int64
 # temporaries of a decoder stay bounded on ~100M-weight models.
@@ -49,7 +50,7 @@ def as_uint8_tensor(data, name: str = "data") -> torch.Tensor:
         if data.dtype != np.uint8:
             raise ValueError(f"{name} must hold uint8 bytes, got a numpy array of dtype {data.dtype}")
         data = np.ascontiguousarray(data)
-        # Read-only arrays (e.g. a memory-mapped GGUF file) are copied: a tensor may be written to.
+        # Read-only arrays (e.g. a read-only memory map) are copied: a tensor may be written to.
         return torch.from_numpy(data if data.flags.writeable else data.copy())
     if isinstance(data, torch.Tensor):
         if data.dtype != torch.uint8:
@@ -76,17 +77,29 @@ class QTensor:
     # -- construction -------------------------------------------------------------------------
     @classmethod
     def from_bytes(cls, data, fmt: str, shape: Sequence[int], group_size: int | None = None) -> "QTensor":
-        """Wrap raw block bytes (``bytes``, uint8 numpy array or uint8 tensor) after validating them.
+        """Copy raw block bytes (``bytes``, uint8 numpy array or uint8 tensor) and validate the copy.
 
-        ``data`` may be flat or ``[N, row_bytes]``; it is not copied when it already is a uint8
-        tensor. Raises ``ValueError`` for a wrong dtype or length, K not a multiple of the block,
-        non-finite fp16 scales and any field the format forbids (see ``docs/formats.md``).
+        ``data`` may be flat or ``[N, row_bytes]`` and stays on its device. The QTensor owns its
+        bytes: they are copied before they are checked, so changing ``data`` afterwards cannot
+        slip unchecked blocks into the kernels. Raises ``ValueError`` for a wrong dtype or
+        length, K not a multiple of the block, non-finite fp16 scales and any field the format
+        forbids (see ``docs/formats.md``).
         """
+        t = as_uint8_tensor(data)
+        if not isinstance(data, (bytes, bytearray, memoryview)):  # those were copied into a bytearray
+            t = t.clone(memory_format=torch.contiguous_format)
+        return cls._validated(t, fmt, shape, group_size)
+
+    @classmethod
+    def _validated(cls, t: torch.Tensor, fmt: str, shape: Sequence[int], group_size: int | None = None) -> "QTensor":
+        """``from_bytes`` without the copy, for a uint8 tensor whose memory the caller owns alone
+        (a loader's private file map, a QuantLinear's buffer that it tracks for changes)."""
         module = _formats.get(fmt)
         g = _formats.resolve_group_size(fmt, group_size)
         block, block_bytes = _formats.block_geometry(fmt, g)
         N, K = _check_shape(fmt, shape, block)
-        t = as_uint8_tensor(data)
+        if not isinstance(t, torch.Tensor) or t.dtype != torch.uint8:
+            raise ValueError(f"{fmt}: data must be a uint8 tensor, got {getattr(t, 'dtype', type(t).__name__)}")
         row_bytes = K // block * block_bytes
         if t.numel() != N * row_bytes:
             raise ValueError(f"{fmt}: data has {t.numel()} bytes, expected N*row_bytes = {N}*{row_bytes} = "
@@ -155,13 +168,80 @@ class QTensor:
                 f"bits_per_weight={self.bits_per_weight:g}, device={self.device})")
 
 
+class QuantizationWarning(UserWarning):
+    """Quantization lost more than the format normally loses, because of fp16's range.
+
+    Raised as a warning (never an error, and the bytes are still the format's usual encoding) by
+    :func:`quantize` when some rows are so small that their fp16 block scales fall below fp16's
+    normal range (|scale| < 2**-14) and the rows come out clearly worse than the same rows would
+    at a normal magnitude, down to all-zero rows; and by :func:`torch_uqr.from_bitnet` when a
+    BitNet scale lies outside fp16's normal range. ``rows`` lists the affected row indices.
+    """
+
+    def __init__(self, message: str, rows: Sequence[int] = ()):
+        super().__init__(message)
+        self.rows = list(rows)
+
+
+# A row is reported when its relative error exceeds the error of the same row scaled into fp16's
+# normal range by more than this factor and margin: far above what a subnormal-but-precise scale
+# costs, far below what a flushed one does (an all-zero row has relative error 1).
+_UNDERFLOW_RATIO, _UNDERFLOW_MARGIN = 1.25, 0.01
+
+
+def _row_rel_err(approx: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    w = w.double()
+    return (approx.double() - w).norm(dim=1) / w.norm(dim=1)
+
+
+def _rows_with_lost_scales(masks: list, rows: int, n_blocks: int) -> torch.Tensor:
+    """Rows touched by any mask of ``track_f16_underflow`` (masks cover n_blocks, whole or in chunks)."""
+    out = torch.zeros(rows, dtype=torch.bool)
+    pending: list = []
+    count = 0
+    for m in masks:
+        pending.append(m.reshape(-1).cpu())
+        count += m.numel()
+        if count == n_blocks:
+            out |= torch.cat(pending).reshape(rows, -1).any(1)
+            pending, count = [], 0
+        elif count > n_blocks:
+            break
+    if count:  # a mask that does not cover whole rows: be conservative
+        return torch.ones(rows, dtype=torch.bool) if any(bool(m.any()) for m in pending) else out
+    return out
+
+
+def _underflow_report(module, w: torch.Tensor, data: torch.Tensor, g: int, candidates: torch.Tensor):
+    """(rows, their relative error, the error of the same rows at a normal magnitude) for the
+    candidate rows whose error is explained by fp16's range: every quantizer is invariant to a
+    power-of-two scaling of its input except through the range of its fp16 scales, so the same
+    rows scaled to max |w| in [0.5, 1) show what the format achieves on them."""
+    idx = torch.nonzero(candidates).reshape(-1).to(w.device)
+    x = w[idx]
+    K = x.shape[1]
+    err = _row_rel_err(module.decode(data[idx], len(idx), K, g), x)
+    exp = torch.frexp(x.abs().amax(1)).exponent.to(torch.float32)
+    # Two steps, so that a factor beyond float32's range (a subnormal row) never overflows.
+    half = torch.exp2(-torch.floor(exp / 2)).unsqueeze(1)
+    rest = torch.exp2(-exp + torch.floor(exp / 2)).unsqueeze(1)
+    scaled = x * half * rest
+    normal = _row_rel_err(module.decode(module.quantize(scaled, g), len(idx), K, g), scaled)
+    bad = err > _UNDERFLOW_RATIO * normal + _UNDERFLOW_MARGIN
+    return idx[bad].tolist(), err[bad], normal[bad]
+
+
 def quantize(w: torch.Tensor, fmt: str, group_size: int | None = None) -> QTensor:
     """Quantize a float weight matrix ``w`` ``[N, K]`` into ``fmt``; the data stays on ``w``'s device.
 
     ``group_size`` is for mlx4 only (32, 64 or 128; default 64). Raises ``ValueError`` for an
     unknown format, a non-2-D or non-float ``w``, K not a multiple of the block size, NaN/Inf
-    weights, or weights too large for the format's fp16 scales.
+    weights, or weights too large for the format's fp16 scales. Weights too *small* for them
+    (rows whose scales underflow fp16's normal range and whose error is clearly worse for it)
+    are quantized as usual and reported with a :class:`QuantizationWarning` naming the rows.
     """
+    from .formats._checks import track_f16_underflow
+
     module = _formats.get(fmt)
     g = _formats.resolve_group_size(fmt, group_size)
     if not isinstance(w, torch.Tensor) or not w.is_floating_point():
@@ -174,8 +254,28 @@ def quantize(w: torch.Tensor, fmt: str, group_size: int | None = None) -> QTenso
     w = w.detach().to(torch.float32)
     if not bool(torch.isfinite(w).all()):
         raise ValueError(f"{fmt}: w contains NaN or Inf; only finite weights can be quantized")
-    data = torch.cat([module.quantize(w[rows].contiguous(), g) for rows in _row_slices(N, K)], 0)
-    return QTensor(data, fmt, (N, K), g)
+    parts, bad_rows, errs, normals = [], [], [], []
+    for rows in _row_slices(N, K):
+        ws = w[rows].contiguous()
+        with track_f16_underflow() as masks:
+            part = module.quantize(ws, g)
+        parts.append(part)
+        n_rows = rows.stop - rows.start
+        candidates = _rows_with_lost_scales(masks, n_rows, n_rows * K // block)
+        if bool(candidates.any()):
+            bad, err, normal = _underflow_report(module, ws, part, g, candidates)
+            bad_rows += [rows.start + r for r in bad]
+            errs.append(err)
+            normals.append(normal)
+    if bad_rows:
+        err, normal = torch.cat(errs), torch.cat(normals)
+        shown = ", ".join(map(str, bad_rows[:10])) + (", ..." if len(bad_rows) > 10 else "")
+        warnings.warn(QuantizationWarning(
+            f"{fmt}: {len(bad_rows)} of {N} rows are too small for the format's fp16 scales (rows {shown}): "
+            f"relative error up to {err.max().item():.3g} where the same rows at a normal magnitude get "
+            f"{normal.max().item():.3g}; scale the weights up (and the output down) or use a float layer",
+            bad_rows), stacklevel=2)
+    return QTensor(torch.cat(parts, 0), fmt, (N, K), g)
 
 
 def dequantize(qt: QTensor) -> torch.Tensor:

@@ -27,7 +27,7 @@ def quantize(w: torch.Tensor, group_size: int = DEFAULT_GROUP_SIZE) -> torch.Ten
     x = w.reshape(-1, g)
     fit = fit_affine(x, 15, steps=16)
     scale = f16_or_raise(fit.scale, NAME, "scale")
-    bias = f16_or_raise(fit.offset, NAME, "bias")
+    bias = f16_or_raise(fit.offset, NAME, "bias", tolerance=None)
     q = affine_codes(x, scale, bias, 15)
     return torch.cat([f16_field(scale), f16_field(bias), write_codes(q, 4)], 1).reshape(w.shape[0], -1)
 

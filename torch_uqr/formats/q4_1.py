@@ -24,7 +24,7 @@ def quantize(w: torch.Tensor, group_size: int = 0) -> torch.Tensor:
     inv = torch.where(d != 0, 1.0 / d, torch.zeros_like(d))
     q = torch.trunc((x - lo.unsqueeze(1)) * inv.unsqueeze(1) + 0.5).clamp(0, 15)
     d = f16_or_raise(d, NAME, "scale d")
-    m = f16_or_raise(lo, NAME, "min m")
+    m = f16_or_raise(lo, NAME, "min m", tolerance=None)
     return torch.cat([f16_field(d), f16_field(m), join_nibbles(q)], 1).reshape(w.shape[0], -1)
 
 

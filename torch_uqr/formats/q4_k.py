@@ -57,7 +57,7 @@ def quantize(w: torch.Tensor, group_size: int = 0) -> torch.Tensor:
     scale = fit.scale.reshape(n, 8)
     mins = (-fit.offset).reshape(n, 8)
     d = f16_or_raise(scale.max(1).values / 63, NAME, "scale d")
-    dmin = f16_or_raise(mins.max(1).values / 63, NAME, "scale dmin")
+    dmin = f16_or_raise(mins.max(1).values / 63, NAME, "scale dmin", tolerance=None)
     inv_d = torch.where(d > 0, 1.0 / d, torch.zeros_like(d)).unsqueeze(1)
     inv_dmin = torch.where(dmin > 0, 1.0 / dmin, torch.zeros_like(dmin)).unsqueeze(1)
     sc = torch.round(scale * inv_d).clamp(0, 63)

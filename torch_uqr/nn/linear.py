@@ -24,7 +24,24 @@ def _encode_fmt(fmt: str) -> torch.Tensor:
 
 
 def _decode_fmt(t: torch.Tensor) -> str:
-    return bytes(t.cpu().tolist()).decode("ascii")
+    """The format name stored as ASCII bytes; anything else is a ValueError."""
+    if not isinstance(t, torch.Tensor) or t.dtype != torch.uint8 or t.dim() != 1:
+        raise ValueError(f"weight_format must be a 1-D uint8 tensor of ASCII bytes, got "
+                         f"{getattr(t, 'dtype', type(t).__name__)} {tuple(getattr(t, 'shape', ()))}")
+    raw = bytes(t.cpu().tolist())
+    try:
+        return raw.decode("ascii")
+    except UnicodeDecodeError:
+        raise ValueError(f"weight_format must hold an ASCII format name, got bytes {raw[:40]!r}") from None
+
+
+def _decode_shape(t: torch.Tensor) -> tuple[int, int, int, int]:
+    """(N, K, group_size, in_features) from the weight_shape buffer."""
+    if not isinstance(t, torch.Tensor) or t.dtype != torch.int64 or tuple(t.shape) != (4,):
+        raise ValueError(f"weight_shape must be an int64 tensor [N, K, group_size, in_features], got "
+                         f"{getattr(t, 'dtype', type(t).__name__)} {tuple(getattr(t, 'shape', ()))}")
+    N, K, gs, in_features = (int(v) for v in t.tolist())
+    return N, K, gs, in_features
 
 
 class QuantLinear(nn.Module):
@@ -54,8 +71,8 @@ class QuantLinear(nn.Module):
                                                           dtype=torch.int64))
         if bias is not None:
             bias = bias.detach().to(device=qt.data.device)
-            if bias.shape != (N,):
-                raise ValueError(f"bias must have shape ({N},), got {tuple(bias.shape)}")
+            if bias.shape != (N,) or not bias.is_floating_point():
+                raise ValueError(f"bias must be a float tensor of shape ({N},), got {bias.dtype} {tuple(bias.shape)}")
         self.register_buffer("bias", bias)
         self._refresh_meta()
         self.out_heads = int(out_heads or 0)
@@ -117,11 +134,22 @@ class QuantLinear(nn.Module):
 
     @property
     def qtensor(self) -> QTensor:
-        """The packed weight as a QTensor (built once per storage, validated by from_bytes)."""
-        key = (self.weight.data_ptr(), self.weight.device, self.weight.shape)
+        """The packed weight as a QTensor over the ``weight`` buffer, validated like ``from_bytes``.
+
+        Validated again whenever the buffer changes: another tensor assigned (its storage), or an
+        in-place write through the tensor or a view of it (its autograd version counter). Writes
+        that bypass the version counter (through ``weight.data`` or memory shared with another
+        library) are not seen; the kernels stay memory-safe on any bytes regardless.
+        """
+        w = self.weight
+        try:
+            version = w._version
+        except RuntimeError:  # an inference tensor: no version counter (read-only outside inference mode)
+            version = -1
+        key = (w.data_ptr(), w.device, w.shape, version)
         if self._cache[0] != key:
             kw = {"group_size": self._gs} if self._fmt == "mlx4" else {}
-            self._cache = (key, QTensor.from_bytes(self.weight, self._fmt, (self._N, self._K), **kw))
+            self._cache = (key, QTensor._validated(w, self._fmt, (self._N, self._K), **kw))
         return self._cache[1]
 
     @property
@@ -151,8 +179,42 @@ class QuantLinear(nn.Module):
         return y
 
     # ---- state dict ---------------------------------------------------------------------
+    def _check_incoming(self, state_dict, prefix) -> None:
+        """Validate what a state dict would give this module, as the constructor would, before
+        anything is copied: bytes, format, shape, bias and heads must agree."""
+        get = lambda name: state_dict.get(prefix + name, getattr(self, name))  # noqa: E731
+        fmt = _decode_fmt(get("weight_format"))
+        N, K, gs, in_features = _decode_shape(get("weight_shape"))
+        weight = get("weight")
+        if not isinstance(weight, torch.Tensor):
+            raise ValueError(f"weight must be a uint8 tensor, got {type(weight).__name__}")
+        kw = {"group_size": gs} if fmt == "mlx4" else {}
+        if fmt != "mlx4" and gs != 0:
+            raise ValueError(f"weight_shape's group_size is {gs}, but {fmt} has no group size (expected 0)")
+        # Validated on the incoming tensor itself (no copy): it is about to be copied into our buffer.
+        QTensor._validated(weight.detach(), fmt, (N, K), **kw)
+        if not 0 < in_features <= K:
+            raise ValueError(f"weight_shape's in_features must be in 1..{K} (the packed K), got {in_features}")
+        has_bias = prefix + "bias" in state_dict or (self.bias is not None and prefix + "weight" not in state_dict)
+        if has_bias:
+            bias = get("bias")
+            if not isinstance(bias, torch.Tensor) or not bias.is_floating_point() or tuple(bias.shape) != (N,):
+                raise ValueError(f"bias must be a float tensor of shape ({N},) (out_features), got "
+                                 f"{getattr(bias, 'dtype', type(bias).__name__)} {tuple(getattr(bias, 'shape', ()))}")
+        if self.out_heads and N % self.out_heads:
+            raise ValueError(f"out_heads={self.out_heads} does not divide out_features={N}")
+        if self.in_heads and in_features != K:
+            raise ValueError("in_heads=True cannot be used with a zero-padded weight "
+                             f"(in_features {in_features} < packed K {K})")
+
     def _load_from_state_dict(self, state_dict, prefix, local_metadata, strict, missing_keys,
                               unexpected_keys, error_msgs):
+        if any(prefix + n in state_dict for n in ("weight", "weight_format", "weight_shape", "bias")):
+            try:
+                self._check_incoming(state_dict, prefix)
+            except ValueError as e:
+                # The same error type as the constructor's; the module is left as it was.
+                raise ValueError(f"{prefix or 'QuantLinear'}: state dict refused: {e}") from None
         # A QuantLinear may receive another format's bytes: resize our buffers first so the
         # stock loader copies instead of failing on a shape mismatch.
         for name in ("weight", "weight_format", "weight_shape", "bias"):
@@ -167,12 +229,6 @@ class QuantLinear(nn.Module):
                                       unexpected_keys, error_msgs)
         self._cache = (None, None)
         self._refresh_meta()
-        if prefix + "weight" in state_dict:
-            try:
-                self.qtensor  # validates bytes, format and shape together
-                self._check_heads()
-            except ValueError as e:
-                error_msgs.append(f"{prefix}: {e}")
 
     def extra_repr(self) -> str:
         s = (f"in_features={self.in_features}, out_features={self.out_features}, fmt={self.fmt}, "
