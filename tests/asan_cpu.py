@@ -18,6 +18,7 @@ import hashlib
 import os
 import subprocess
 import sys
+import sysconfig
 import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -76,15 +77,20 @@ def build(root: Path = ROOT) -> Path:
     if lib.exists():
         return lib
     out_dir.mkdir(parents=True, exist_ok=True)
-    incs = [f"-I{root / 'csrc' / 'include'}"] + [f"-I{p}" for p in include_paths()]
+    incs = [f"-I{root / 'csrc' / 'include'}", f"-I{sysconfig.get_paths()['include']}"] + \
+        [f"-I{p}" for p in include_paths()]
     defines = ["-DTORCH_API_INCLUDE_EXTENSION_H", "-DTORCH_EXTENSION_NAME=uqr_asan"]
 
     def compile_one(src: Path) -> Path:
         obj = out_dir / (src.stem + ".o")
-        cmd = ["c++", f"-std={std}", *FLAGS, *defines, *incs, "-c", str(src), "-o", str(obj)]
+        if obj.exists():  # objects appear only complete (renamed into place), so a rerun resumes
+            return obj
+        tmp = out_dir / (src.stem + ".o.tmp")
+        cmd = ["c++", f"-std={std}", *FLAGS, *defines, *incs, "-c", str(src), "-o", str(tmp)]
         r = subprocess.run(cmd, capture_output=True, text=True)
         if r.returncode != 0:
             raise RuntimeError(f"ASan build of {src.name} failed:\n{r.stderr[-4000:]}")
+        tmp.rename(obj)
         return obj
 
     with ThreadPoolExecutor(max_workers=max(1, min(4, os.cpu_count() or 1))) as pool:
@@ -124,6 +130,7 @@ def _child(lib: str, request: str, selftest: bool) -> int:
 
     import torch
     torch.ops.load_library(lib)
+    torch.set_num_threads(1)  # thousands of tiny calls: no thread pool wake-ups (and no spinning on a shared machine)
     if selftest:  # libc's memcpy is intercepted: reading 35 bytes of a 34-byte tensor is a report
         t = torch.zeros(34, dtype=torch.uint8)
         ctypes.string_at(t.data_ptr(), 35)

@@ -58,17 +58,24 @@ def fuzzed_blocks(fmt: str, g: int | None, seed: int, n_random: int = 24) -> lis
     return out
 
 
-def cpu_cases(fmt: str, g: int | None, seed: int) -> list[asan_cpu.Case]:
-    """Every fuzzed block as the last of a 2 x 2-block weight, on every CPU path, at M = 1 (the
-    small-M kernels) and M = 17 (panel; bf16: the half-precision library path)."""
+def cpu_cases(fmt: str, g: int | None, seed: int, n_random: int = 8, n_extremes: int = 40) -> list[asan_cpu.Case]:
+    """Fuzzed blocks (the random, bit-flipped and all-0x00 / 0xFF ones, and an even sample of
+    ``n_extremes`` field-extreme ones, which every byte position of the header is part of for the
+    formats with a header up to that size), each the last of a 2 x 2-block weight, on every CPU
+    path, taking turns at M = 1 (the small-M kernels) and M = 17 (panel; bf16: the half-precision
+    library path). About 60 blocks a format keep the ASan child within seconds."""
     elems, nbytes = layout(fmt, g)
     gen = torch.Generator().manual_seed(seed + 1)
     lead = bytes(uqr_formats.get(fmt).random_blocks(2, 2 * elems, gen, g or 0).flatten().tolist())[:-nbytes]
+    blocks = fuzzed_blocks(fmt, g, seed, n_random)
+    head, extremes = blocks[:2 * n_random + 3], blocks[2 * n_random + 3:]
+    blocks = head + extremes[::max(1, len(extremes) // n_extremes)]
+    combos = ((1, "float32"), (17, "float32"), (17, "bfloat16"))
     cases = []
-    for blk in fuzzed_blocks(fmt, g, seed):
+    for i, blk in enumerate(blocks):
         for path in format_table.spec(fmt).paths("cpu"):
-            for M, dtype in ((1, "float32"), (17, "float32"), (17, "bfloat16")):
-                cases.append(asan_cpu.Case(fmt, 2, 2 * elems, g or 0, path, M, lead + blk, dtype))
+            M, dtype = combos[i % len(combos)]
+            cases.append(asan_cpu.Case(fmt, 2, 2 * elems, g or 0, path, M, lead + blk, dtype))
     return cases
 
 
