@@ -64,7 +64,8 @@ inline void uqr_mv_chunk(device const uchar* blk, int chunk, thread const float*
     for (int m = 0; m < UQR_MV_M; ++m) {
       if (m >= m_count) break;
       float s = 0.0f;
-      for (int e = 0; e < 8; ++e) s += t[e] > 0 ? xv[8 * m + e] : (t[e] < 0 ? -xv[8 * m + e] : 0.0f);
+      // A zero trit adds x * 0, not 0: NaN or Inf in x stays non-finite as in a float matmul.
+      for (int e = 0; e < 8; ++e) s += t[e] > 0 ? xv[8 * m + e] : (t[e] < 0 ? -xv[8 * m + e] : xv[8 * m + e] * 0.0f);
       acc[m] += d * s;
     }
   } else {

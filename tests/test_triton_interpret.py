@@ -98,6 +98,40 @@ def run_format(fmt: str) -> None:
         assert torch.isfinite(y).all(), f"{fmt} case {i}: unwritten (NaN) outputs"
         err = float((y.double() - ref).norm() / ref.norm())
         assert err < TOL[c["dtype"]], f"{fmt} case {i} {c}: rel err {err:.2e} (seed {seed})"
+    check_invalid_bytes_and_nan(fmt, seed)
+
+
+def check_invalid_bytes_and_nan(fmt: str, seed: int) -> None:
+    """Bytes validation would reject (var_affine's any modes, ternary's code 3) decode as formats.h
+    reads them (docs/formats.md, "Invalid bytes"), compared with the CPU operator on x = I; and a
+    NaN in x makes its whole output row non-finite on every path (docs/operator.md)."""
+    import torch
+    import torch_uqr as uqr
+    from torch_uqr.backends.cuda.dequant import dequantize_triton
+    from torch_uqr.backends.cuda.dispatch import gemm_cuda_route
+    from packed_reference import random_packed
+    gen = torch.Generator().manual_seed(seed)
+    N, K = 6, 512
+    g = 64 if fmt == "mlx4" else 0
+    w = random_packed(fmt, N, K, g, seed=seed)
+    if fmt in ("var_affine", "ternary") and uqr.ops.op_available():
+        blocks = w.view(-1, 160 if fmt == "var_affine" else 12)
+        if fmt == "var_affine":
+            blocks[:, 20:28] = torch.randint(0, 256, (blocks.shape[0], 8), generator=gen, dtype=torch.uint8)
+        else:
+            blocks[:, 4:] = torch.randint(0, 256, (blocks.shape[0], 8), generator=gen, dtype=torch.uint8)
+        got = dequantize_triton(w, fmt, N, K, g).double()
+        ref = torch.ops.uqr.gemm(torch.eye(K), w, fmt, N, K, g, 0, False, "auto").t().double()
+        err = float((got - ref).abs().max())
+        assert err <= 2.0 ** -21 * float(ref.abs().max()), f"{fmt}: invalid bytes decode differs by {err} (seed {seed})"
+    paths = ["mma", "vec"] if fmt == "ternary" else ["mma"]
+    for path in paths:
+        x = torch.randn(3, K, generator=gen)
+        x[0, 5] = float("nan")
+        x[2, K - 1] = float("inf")
+        y = gemm_cuda_route(x, w, fmt, N, K, g, path=path)
+        assert not torch.isfinite(y[0]).any() and not torch.isfinite(y[2]).any(), f"{fmt} {path}: NaN/Inf lost"
+        assert torch.isfinite(y[1]).all(), f"{fmt} {path}: a clean row is non-finite"
 
 
 def run_all(path: str) -> None:

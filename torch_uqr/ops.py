@@ -40,6 +40,11 @@ if _load_error is None:
     @torch.library.register_fake("uqr::gemm")
     def _gemm_fake(x: torch.Tensor, w: torch.Tensor, fmt: str, N: int, K: int, group_size: int,
                    out_heads: int, in_heads: bool, path: str) -> torch.Tensor:
+        # Dispatch picks this kernel whenever either tensor is on the meta device, so a CPU x with
+        # a meta w lands here, not in the device kernel's argument check: refuse it the same way.
+        if x.device != w.device:
+            raise ValueError(f"uqr::gemm: w: expected a tensor on x's device; x is on {x.device} "
+                             f"but the weights w are on {w.device}")
         return x.new_empty(strides.output_shape(x.shape, N, K, out_heads, in_heads))
 
     if torch.cuda.is_available():

@@ -187,7 +187,9 @@ struct BlockDecoder<UQR_EXL3, 0> : GenericDecoder<UQR_EXL3, 0> {
 
 // var_affine: codes of 3-5 bits, byte-aligned per sub-block (32 codes x B bits = 4B bytes). The
 // payload is copied into a zero-padded local buffer so every code is one unaligned 64-bit load
-// and a shift, then each sub-block is converted and scaled 16 lanes at a time.
+// and a shift, then each sub-block is converted and scaled 16 lanes at a time. Depth and start
+// are clamped as in formats.h, so any modes keep the loads inside the buffer (start + 31 B / 8 +
+// 8 <= 128 - 4 B + 4 B + 8).
 template <>
 struct BlockDecoder<UQR_VAR_AFFINE, 0> : GenericDecoder<UQR_VAR_AFFINE, 0> {
   static inline void decode(const uint8_t* blk, vf* out) {
@@ -196,14 +198,15 @@ struct BlockDecoder<UQR_VAR_AFFINE, 0> : GenericDecoder<UQR_VAR_AFFINE, 0> {
     std::memcpy(qs, blk + UQR_VAR_AFFINE_QS, 128);
     int byte0 = 0;
     for (int j = 0; j < 8; ++j) {
-      const int B = blk[UQR_VAR_AFFINE_MODES + j] & 7;
+      const int B = static_cast<int>(uqr_var_affine_depth(blk[UQR_VAR_AFFINE_MODES + j]));
+      const int start = static_cast<int>(uqr_var_affine_start(static_cast<uint32_t>(byte0), B));
       const uint64_t mask = (1u << B) - 1u;
       const float scale = d * static_cast<float>(blk[UQR_VAR_AFFINE_SCALES + j]);
       const float shift = bias * static_cast<float>(blk[UQR_VAR_AFFINE_BIASES + j]);
       alignas(64) float q[32];
       for (int t = 0; t < 32; ++t) {
         uint64_t word;
-        std::memcpy(&word, qs + byte0 + ((t * B) >> 3), 8);
+        std::memcpy(&word, qs + start + ((t * B) >> 3), 8);
         q[t] = static_cast<float>((word >> ((t * B) & 7)) & mask);
       }
       const vf vs = vset1(scale), vb = vset1(shift);

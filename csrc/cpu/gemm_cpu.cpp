@@ -3,6 +3,10 @@
 
 #include <ATen/Parallel.h>
 
+#include <cmath>
+#include <cstring>
+#include <vector>
+
 #include "cpu_simd.h"
 #include "kernels.h"
 #include "uqr/check.h"
@@ -70,6 +74,26 @@ void stage_rows(const at::Tensor& x, const uqr_gemm_params& p, int64_t r0, int64
   });
 }
 
+std::vector<uint8_t> take_nonfinite_rows(float* X, int64_t R, int64_t K) {
+  std::vector<uint8_t> flags;
+  for (int64_t r = 0; r < R; ++r) {
+    float* x = X + r * K;
+    // All-ones exponent = NaN or Inf; an integer OR-reduction, so the scan vectorizes.
+    uint32_t bad = 0;
+    for (int64_t k = 0; k < K; ++k) {
+      uint32_t bits;
+      std::memcpy(&bits, x + k, 4);
+      bad |= static_cast<uint32_t>((bits & 0x7f800000u) == 0x7f800000u);
+    }
+    if (!bad) continue;
+    if (flags.empty()) flags.assign(static_cast<size_t>(R), 0);
+    flags[static_cast<size_t>(r)] = 1;
+    for (int64_t k = 0; k < K; ++k)
+      if (!std::isfinite(x[k])) x[k] = 0.f;
+  }
+  return flags;
+}
+
 namespace {
 
 // Ternary, small M, path "auto": add/subtract (true) or decode+FMA (false). Decode+FMA measured
@@ -113,15 +137,21 @@ at::Tensor gemm(const at::Tensor& x, const at::Tensor& w, c10::string_view fmt, 
     return X;
   };
   if (plan.path == GemmPath::kInt8) {
-    gemm_int8(wp, p, staged().data(), R, out);
+    std::vector<float> X = staged();
+    const std::vector<uint8_t> nan_rows = take_nonfinite_rows(X.data(), R, p.K);
+    gemm_int8(wp, p, X.data(), R, out, nan_rows.empty() ? nullptr : nan_rows.data());
     return y;
   }
   if (use_fused(plan, R)) {
-    const std::vector<float> X = staged();
+    std::vector<float> X = staged();
     const bool vec = p.fmt == UQR_TERNARY &&
                      (plan.path == GemmPath::kVec || (plan.path == GemmPath::kAuto && kTernaryAutoVec));
-    if (vec) gemm_ternary_vec(wp, p, X.data(), R, out);
-    else gemm_fused(wp, p, X.data(), R, out);
+    if (vec) {
+      const std::vector<uint8_t> nan_rows = take_nonfinite_rows(X.data(), R, p.K);
+      gemm_ternary_vec(wp, p, X.data(), R, out, nan_rows.empty() ? nullptr : nan_rows.data());
+    } else {
+      gemm_fused(wp, p, X.data(), R, out);
+    }
     return y;
   }
   if (use_half_library(plan, R)) {

@@ -141,10 +141,13 @@ void gemm_fused(const uint8_t* w, const uqr_gemm_params& p, const float* X, int6
 }
 
 void gemm_ternary_vec(const uint8_t* w, const uqr_gemm_params& p, const float* X, int64_t R,
-                      const OutputWriter& out) {
-  fused_driver(p, R, out, [&](int rows, int64_t r0, int64_t n0, int64_t n1, float* res, int64_t ld) {
-    with_rows(rows, [&](auto mr) { ternary_rows<decltype(mr)::value>(w, p, X + r0 * p.K, n0, n1, res, ld); });
-  });
+                      const OutputWriter& out, const uint8_t* nan_rows) {
+  fused_driver(
+      p, R, out,
+      [&](int rows, int64_t r0, int64_t n0, int64_t n1, float* res, int64_t ld) {
+        with_rows(rows, [&](auto mr) { ternary_rows<decltype(mr)::value>(w, p, X + r0 * p.K, n0, n1, res, ld); });
+      },
+      nan_rows);
 }
 
 }  // namespace uqr::cpu

@@ -555,9 +555,11 @@ void ternary_tile(const uint8_t* w, int64_t row_bytes, int64_t nblocks, const QV
   for (int64_t b = 0; b < nblocks; ++b) {
     for (int r = 0; r < NR; ++r) {
       const uint8_t* blk = w + r * row_bytes + b * UQR_TERNARY_BYTES;
-      int64_t qs;
-      std::memcpy(&qs, blk + 4, 8);
-      const __m256i codes = _mm256_and_si256(_mm256_srlv_epi64(_mm256_set1_epi64x(qs), shifts), m2);
+      // code 3 (invalid) as code 1, a zero trit, as formats.h decodes it
+      const uint64_t qs = static_cast<uint64_t>(uqr_ternary_canonical_codes(uqr_load_u32(blk + 4))) |
+                          static_cast<uint64_t>(uqr_ternary_canonical_codes(uqr_load_u32(blk + 8))) << 32;
+      const __m256i codes =
+          _mm256_and_si256(_mm256_srlv_epi64(_mm256_set1_epi64x(static_cast<long long>(qs)), shifts), m2);
       const float dw = load_half(blk);
 #pragma GCC unroll 8
       for (int m = 0; m < MR; ++m) {
@@ -584,7 +586,10 @@ void ternary_tile(const uint8_t* w, int64_t row_bytes, int64_t nblocks, const QV
         const uint8_t* blk = w + r * row_bytes + b * UQR_TERNARY_BYTES;
         const int8_t* xb = x.q + m * x.ldq + b * kQBlock;
         int32_t dot = -x.s[m * x.ldb + b];
-        for (int i = 0; i < kQBlock; ++i) dot += ((blk[4 + i / 4] >> (2 * (i % 4))) & 3) * xb[i];
+        const uint32_t c0 = uqr_ternary_canonical_codes(uqr_load_u32(blk + 4));
+        const uint32_t c1 = uqr_ternary_canonical_codes(uqr_load_u32(blk + 8));
+        for (int i = 0; i < kQBlock; ++i)
+          dot += static_cast<int32_t>(((i < 16 ? c0 : c1) >> (2 * (i % 16))) & 3u) * xb[i];
         acc += static_cast<float>(dot) * (load_half(blk) * x.d[m * x.ldb + b]);
       }
       res[m * ld + r] = (acc0 ? res[m * ld + r] : 0.f) + acc;
@@ -720,7 +725,8 @@ void int8_rows(const uint8_t* w, const uqr_gemm_params& p, const QView& x, int64
 
 }  // namespace
 
-void gemm_int8(const uint8_t* w, const uqr_gemm_params& p, const float* X, int64_t R, const OutputWriter& out) {
+void gemm_int8(const uint8_t* w, const uqr_gemm_params& p, const float* X, int64_t R, const OutputWriter& out,
+               const uint8_t* nan_rows) {
   const bool kquant = p.fmt == UQR_Q4_K, mlx4 = p.fmt == UQR_MLX4, ternary = p.fmt == UQR_TERNARY;
   const bool var_affine = p.fmt == UQR_VAR_AFFINE, exl3 = p.fmt == UQR_EXL3;
   QRows xq = quantize_rows(X, R, p.K, kquant || var_affine || exl3 ? 256 : mlx4 ? p.group_size : kQBlock);
@@ -744,7 +750,7 @@ void gemm_int8(const uint8_t* w, const uqr_gemm_params& p, const float* X, int64
       else if (exl3) int8_rows<MR, UQR_EXL3>(w, p, x, n0, n1, res, ld);
       else int8_rows<MR, UQR_Q4_0>(w, p, x, n0, n1, res, ld);
     });
-  });
+  }, nan_rows);
 }
 
 }  // namespace uqr::cpu

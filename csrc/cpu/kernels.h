@@ -12,7 +12,9 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <limits>
 #include <type_traits>
+#include <vector>
 
 #include "uqr/params.h"
 
@@ -53,10 +55,12 @@ void stage_rows(const at::Tensor& x, const uqr_gemm_params& p, int64_t r0, int64
 void gemm_fused(const uint8_t* w, const uqr_gemm_params& p, const float* X, int64_t R,
                 const OutputWriter& out);
 // Ternary add/subtract path: no multiply per weight, one multiply by d per block and row.
+// nan_rows: take_nonfinite_rows' flags of X's rows (or nullptr).
 void gemm_ternary_vec(const uint8_t* w, const uqr_gemm_params& p, const float* X, int64_t R,
-                      const OutputWriter& out);
+                      const OutputWriter& out, const uint8_t* nan_rows);
 // Path "int8" (gemm_int8.cpp): x rows quantized to int8 per 32 elements, integer dot products.
-void gemm_int8(const uint8_t* w, const uqr_gemm_params& p, const float* X, int64_t R, const OutputWriter& out);
+void gemm_int8(const uint8_t* w, const uqr_gemm_params& p, const float* X, int64_t R, const OutputWriter& out,
+               const uint8_t* nan_rows);
 // Packs rows [0, R) of x as fp32 column blocks xp[mb][k][16] (zero rows past R); xp holds
 // ceil(R/16)*16*K floats.
 void pack_x(const at::Tensor& x, const uqr_gemm_params& p, int64_t R, float* xp);
@@ -95,11 +99,19 @@ int64_t fused_k_chunk(int64_t K, int64_t elem_bytes) {
   return std::min<int64_t>(K, std::max<int64_t>(256, fit));
 }
 
+// Rows of X (fp32 [R, K]) that hold a NaN or an Inf, one flag per row (empty when there is none);
+// their non-finite elements are set to 0 in X. For the kernels that do not multiply every x by its
+// weight in float (int8 codes, ternary add/subtract), which cannot carry such an element into the
+// outputs it feeds (and must never convert NaN to an integer): fused_driver then writes NaN to
+// every output of a flagged row, as non-finite as a float matmul makes it (docs/operator.md).
+std::vector<uint8_t> take_nonfinite_rows(float* X, int64_t R, int64_t K);
+
 // Parallel over weight rows; inside each unit, all R rows in passes of kFusedMaxRows:
 // rows_fn(rows, r0, n0, n1, tile, ld) fills tile[m * ld + (n - n0)] for m < rows, which is then
-// stored through the output strides.
+// stored through the output strides (as NaN for the rows nan_rows flags, if given).
 template <class RowsFn>
-void fused_driver(const uqr_gemm_params& p, int64_t R, const OutputWriter& out, RowsFn rows_fn) {
+void fused_driver(const uqr_gemm_params& p, int64_t R, const OutputWriter& out, RowsFn rows_fn,
+                  const uint8_t* nan_rows = nullptr) {
   at::parallel_for(0, p.N, kFusedGrainRows, [&](int64_t begin, int64_t end) {
     float tile[kFusedMaxRows * kFusedGrainRows];
     for (int64_t n0 = begin; n0 < end; n0 += kFusedGrainRows) {
@@ -107,7 +119,11 @@ void fused_driver(const uqr_gemm_params& p, int64_t R, const OutputWriter& out, 
       for (int64_t r0 = 0; r0 < R; r0 += kFusedMaxRows) {
         const int rows = static_cast<int>(std::min<int64_t>(kFusedMaxRows, R - r0));
         rows_fn(rows, r0, n0, n1, tile, kFusedGrainRows);
-        for (int m = 0; m < rows; ++m) out.store(r0 + m, n0, n1 - n0, tile + m * kFusedGrainRows);
+        for (int m = 0; m < rows; ++m) {
+          if (nan_rows && nan_rows[r0 + m])
+            std::fill_n(tile + m * kFusedGrainRows, n1 - n0, std::numeric_limits<float>::quiet_NaN());
+          out.store(r0 + m, n0, n1 - n0, tile + m * kFusedGrainRows);
+        }
       }
     }
   });

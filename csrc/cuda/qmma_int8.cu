@@ -102,19 +102,25 @@ __global__ void __launch_bounds__(256) quantize_x_kernel(const uqr_gemm_params p
   const uint2 raw1 = ld_after_wait(reinterpret_cast<const uint2*>(src + 4));
   const uint32_t words[4] = {raw0.x, raw0.y, raw1.x, raw1.y};
   float v[8];
-  float amax = 0.f;
+  float amax = 0.f, nonfinite = 0.f;  // nonfinite: 0, or NaN once the span holds a NaN or an Inf
 #pragma unroll
   for (int i = 0; i < 8; ++i) {
     const unsigned short h = static_cast<unsigned short>(words[i / 2] >> (16 * (i & 1)));
     if constexpr (std::is_same<T, __nv_bfloat16>::value) v[i] = __bfloat162float(__ushort_as_bfloat16(h));
     else v[i] = __half2float(__ushort_as_half(h));
     amax = fmaxf(amax, fabsf(v[i]));
+    nonfinite += v[i] * 0.f;
   }
 #pragma unroll
-  for (int o = 1; o < x_span<FMT>() / 8; o <<= 1) amax = fmaxf(amax, __shfl_xor_sync(0xFFFFFFFFu, amax, o));
-  // IEEE division and rounding (no fast-math in setup.py), as the CPU path's d and 1 / d.
-  const float d = amax / 127.f;
-  const float id = d != 0.f ? 1.f / d : 0.f;
+  for (int o = 1; o < x_span<FMT>() / 8; o <<= 1) {
+    amax = fmaxf(amax, __shfl_xor_sync(0xFFFFFFFFu, amax, o));
+    nonfinite += __shfl_xor_sync(0xFFFFFFFFu, nonfinite, o);
+  }
+  // IEEE division and rounding (no fast-math in setup.py), as the CPU path's d and 1 / d. A NaN or
+  // Inf in the span makes d NaN, so every output the span feeds is NaN (docs/operator.md), and its
+  // codes 0.
+  const float d = amax / 127.f + nonfinite;
+  const float id = d != 0.f && nonfinite == 0.f ? 1.f / d : 0.f;
   uint32_t packed[2] = {0u, 0u};
   int sum = 0;
 #pragma unroll
@@ -538,7 +544,9 @@ __device__ __forceinline__ void ternary_cols_stage(const unsigned char* buf, int
     for (int h = 0; h < 2; ++h) {
       const uint8_t* blk = buf + (g + 8 * h) * sb + 12 * (2 * c + r);
       dw[h] = half_at(blk);
-      q[h][0] = make_uint4(u32_at4(blk + 4), u32_at4(blk + 8), 0u, 0u);
+      // invalid code 3 read as 1, a zero trit (formats.h)
+      q[h][0] = make_uint4(uqr_ternary_canonical_codes(u32_at4(blk + 4)),
+                           uqr_ternary_canonical_codes(u32_at4(blk + 8)), 0u, 0u);
     }
     const int zp = r ? m.w : m.y;
     int d1[4] = {zp, 0, zp, 0}, d2[4] = {0, 0, 0, 0};
@@ -592,7 +600,7 @@ __device__ __forceinline__ void var_affine_cols_stage(const unsigned char* buf, 
     head[h][1] = lds16(row + 16);
     qs[h] = reinterpret_cast<const uint32_t*>(row + UQR_VAR_AFFINE_QS);
     // Depths one a byte; times 0x01010101 byte i holds the running sum to i (at most 20: no carries).
-    const uint32_t m0 = head[h][1].y & 0x07070707u, m1 = head[h][1].z & 0x07070707u;
+    const uint32_t m0 = var_affine_depths(head[h][1].y), m1 = var_affine_depths(head[h][1].z);
     const uint32_t p0 = m0 * 0x01010101u, p1 = m1 * 0x01010101u;
     const uint32_t mine = c < 2 ? m0 : m1, sums = c < 2 ? p0 : p1, sh = 16u * static_cast<uint32_t>(c & 1);
     B[h][0] = (mine >> sh) & 0xFFu;
@@ -600,6 +608,9 @@ __device__ __forceinline__ void var_affine_cols_stage(const unsigned char* buf, 
     // Words before sub-block 2c: the running sum up to 2c - 1 within its half, plus the first half's.
     o[h][0] = ((sums << 8) >> sh & 0xFFu) + (c < 2 ? 0u : p0 >> 24);
     o[h][1] = o[h][0] + B[h][0];
+    // First words clamped so each sub-block's B words end inside qs, whatever the modes hold.
+    o[h][0] = min(o[h][0], 32u - B[h][0]);
+    o[h][1] = min(o[h][1], 32u - B[h][1]);
   }
   int d[4] = {0, 0, 0, 0};
 #pragma unroll

@@ -187,6 +187,11 @@ __device__ __forceinline__ uint32_t u32_at2(const uint8_t* p) {
   return __byte_perm(h[0], h[1], 0x5410);
 }
 __device__ __forceinline__ uint32_t u32_at4(const uint8_t* p) { return *reinterpret_cast<const uint32_t*>(p); }
+// Four var_affine mode bytes -> their depths (mode & 7) clamped to [3, 5], one per byte, as
+// uqr_var_affine_depth reads them.
+__device__ __forceinline__ uint32_t var_affine_depths(uint32_t modes) {
+  return __vmaxu4(__vminu4(modes & 0x07070707u, 0x05050505u), 0x03030303u);
+}
 // A word at offset 2 mod 4 of block j of an 18- or 34-byte format (q4_0, q8_0) in a stage row that
 // starts 16-byte aligned: such offsets are word-aligned exactly for odd j, so odd blocks take one
 // 4-byte load instead of two 2-byte loads and a permute (j's parity is a compile-time constant in
@@ -344,7 +349,8 @@ struct Traits<UQR_TERNARY> {
   __device__ static void codes(const uint8_t* blk, int, int, int c, uint32_t (&r)[4]) {
     // Code byte j: elements 4j..4j+3, 2 bits each. Lane c takes code bytes c (k-step 0) and 4 + c.
     // b | b << 12 puts element 0 at bit 0 and element 2 at bit 16 (1 and 3: two bits higher).
-    const uint32_t b0 = blk[4 + c], b1 = blk[8 + c];
+    // Invalid code 3 is read as 1 (a zero trit), as formats.h decodes it.
+    const uint32_t b0 = uqr_ternary_canonical_codes(blk[4 + c]), b1 = uqr_ternary_canonical_codes(blk[8 + c]);
     const uint32_t t0 = b0 | (b0 << 12), t1 = b1 | (b1 << 12);
     r[0] = minus_code<T>(code_pair<T, 0x00030003u>(t0, 0), 1);
     r[1] = minus_code<T>(code_pair<T, 0x00030003u>(t0, 2), 1);
@@ -368,14 +374,16 @@ struct Traits<UQR_VAR_AFFINE> {
   using Scales = BlockScales<Traits>;
   template <typename T>
   __device__ static void codes(const uint8_t* blk, int, int s, int c, uint32_t (&r)[4]) {
-    // Depths of sub-blocks 0-3 and 4-7, one per byte; times 0x01010101 each byte holds the
-    // running sum of the depths up to it (at most 20: no carries between bytes).
-    const uint32_t m0 = u32_at4(blk + UQR_VAR_AFFINE_MODES) & 0x07070707u;
-    const uint32_t m1 = u32_at4(blk + UQR_VAR_AFFINE_MODES + 4) & 0x07070707u;
+    // Depths of sub-blocks 0-3 and 4-7, one per byte, clamped to [3, 5] (formats.h: any bytes stay
+    // in the block); times 0x01010101 each byte holds the running sum of the depths up to it (at
+    // most 20: no carries between bytes).
+    const uint32_t m0 = var_affine_depths(u32_at4(blk + UQR_VAR_AFFINE_MODES));
+    const uint32_t m1 = var_affine_depths(u32_at4(blk + UQR_VAR_AFFINE_MODES + 4));
     const uint32_t ms = s < 4 ? m0 : m1, sh = 8 * (s & 3);
     const uint32_t B = (ms >> sh) & 0xFFu;
     uint32_t before = ((ms * 0x01010101u) << 8 >> sh) & 0xFFu;  // depths of the earlier ones in ms
     if (s >= 4) before += (m0 * 0x01010101u) >> 24;
+    before = min(before, 32u - B);  // first word, clamped so the sub-block's B words end inside qs
     const uint32_t* qs = reinterpret_cast<const uint32_t*>(blk + UQR_VAR_AFFINE_QS);
     const uint32_t mask = ((1u << B) - 1u) * 0x00010001u;
 #pragma unroll

@@ -100,22 +100,40 @@ UQR_FN void uqr_decode8_mlx4(const UQR_GLOBAL uqr_u8* blk, int chunk, UQR_THREAD
 
 // var_affine: sub-block j (elements 32j..32j+31) holds 32 codes of B_j = modes[j] & 7 bits at bit
 // offset 32 (B_0 + ... + B_{j-1}). y = d s_j q + bias b_j. Validation (depths in {3,4,5}, budget,
-// zero reserved bits) happens once on the host; the decoder trusts validated bytes.
+// zero reserved bits) happens once on the host, but the kernels may still be handed bytes that
+// never passed it (the raw operator, a tensor changed after validation), so the decoders are
+// memory-safe by construction: the depth is read as modes[j] & 7 clamped to [3, 5] and the
+// sub-block's first byte is clamped to 128 - 4 B_j, so its 4 B_j bytes lie inside qs whatever the
+// modes hold. Both are identities on valid blocks (docs/formats.md, "Invalid bytes"); every backend
+// clamps alike.
 // A chunk's 8 codes fill exactly B_j whole bytes starting on a byte boundary (sub-blocks start at
 // multiples of 32 bits, chunks 8 B_j bits apart), so they are gathered once into one integer and
 // split with shifts, with no per-code test for a straddled byte (SASS of csrc/cuda/dequant.cu: 42
 // -> 17 instructions per weight). uqr_var_affine_bits8 returns that integer (code i at bits
 // [i B_j, (i+1) B_j)) and B_j, for the float decoder and the integer reader alike.
+UQR_FN uqr_u32 uqr_var_affine_depth(uqr_u8 mode) {
+  uqr_u32 b = (uqr_u32)(mode & 7);
+  return b < 3u ? 3u : (b > 5u ? 5u : b);
+}
+
+// Byte offset in qs of sub-block j's codes given the (clamped) depths before it: their 4 B bytes
+// each, clamped so that the sub-block's own 4 b bytes end inside the 128-byte payload.
+UQR_FN uqr_u32 uqr_var_affine_start(uqr_u32 bytes_before, uqr_u32 b) {
+  uqr_u32 last = 128u - 4u * b;
+  return bytes_before < last ? bytes_before : last;
+}
+
 UQR_FN uqr_u64 uqr_var_affine_bits8(const UQR_GLOBAL uqr_u8* blk, int chunk, UQR_THREAD uqr_u32& b) {
   int j = chunk >> 2;
   const UQR_GLOBAL uqr_u8* modes = blk + UQR_VAR_AFFINE_MODES;
   uqr_u32 start = 0;  // bytes of the codes of sub-blocks 0..j-1: 32 codes x B bits = 4 B bytes
   for (int t = 0; t < 7; ++t)  // fixed trip count: unrolled, predicated, no loop on the GPU
-    if (t < j) start += 4u * (uqr_u32)(modes[t] & 7);
-  b = modes[j] & 7;
+    if (t < j) start += 4u * uqr_var_affine_depth(modes[t]);
+  b = uqr_var_affine_depth(modes[j]);
+  start = uqr_var_affine_start(start, b);
   const UQR_GLOBAL uqr_u8* qs = blk + UQR_VAR_AFFINE_QS + start + (uqr_u32)(chunk & 3) * b;
   uqr_u64 bits = 0;
-  for (uqr_u32 k = 0; k < 5; ++k)  // B_j <= 5 bytes; none past them (the last chunk ends the block)
+  for (uqr_u32 k = 0; k < 5; ++k)  // B_j <= 5 bytes, all inside the sub-block's 4 B_j bytes
     if (k < b) bits |= (uqr_u64)qs[k] << (8 * k);
   return bits;
 }
@@ -163,12 +181,22 @@ UQR_FN void uqr_decode8_exl3(const UQR_GLOBAL uqr_u8* blk, int chunk, UQR_THREAD
   }
 }
 
-// ternary code of element i (0..31): 2 bits at bit 2i of the 8 code bytes; t = code - 1.
+// ternary trit of a 2-bit code: t = code - 1 for codes 0, 1, 2. Code 3 is invalid (the host
+// rejects it) and decodes as 0 on every path and backend (docs/formats.md, "Invalid bytes"): a code
+// with its low bit set is a zero trit, so the sign bit alone decides the others.
+UQR_FN int uqr_ternary_code_trit(int code) { return (code & 1) ? 0 : code - 1; }
+
+// The same on 16 codes at once for integer kernels that multiply codes c as (c - 1): code 3 becomes
+// code 1 (a zero trit), codes 0-2 are unchanged (the high bit of every pair whose low bit is set
+// is cleared).
+UQR_FN uqr_u32 uqr_ternary_canonical_codes(uqr_u32 w) { return w & ~((w & 0x55555555u) << 1); }
+
+// ternary code of element i (0..31): 2 bits at bit 2i of the 8 code bytes.
 UQR_FN int uqr_ternary_trit(const UQR_GLOBAL uqr_u8* blk, int i) {
-  return (int)((blk[4 + (i >> 2)] >> (2 * (i & 3))) & 3) - 1;
+  return uqr_ternary_code_trit((int)((blk[4 + (i >> 2)] >> (2 * (i & 3))) & 3));
 }
 
-// ternary: y = d t. Code 3 is rejected on the host before any kernel sees the bytes.
+// ternary: y = d t.
 UQR_FN void uqr_decode8_ternary(const UQR_GLOBAL uqr_u8* blk, int chunk, UQR_THREAD float* out) {
   float d = uqr_load_half(blk);
   for (int i = 0; i < 8; ++i) out[i] = (float)uqr_ternary_trit(blk, 8 * chunk + i) * d;

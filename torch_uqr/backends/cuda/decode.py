@@ -185,10 +185,11 @@ def _decode_var_affine(w_ptr, row_off, n_ok, s0, n_sub, BN: tl.constexpr, NS: tl
     blk, j, d, bias, sj, bj = _super_block_header(w_ptr, row_off, s, ok, 160)
     # Sub-block j's codes start after those of sub-blocks 0..j-1 (32 * depth bits each, a
     # multiple of 4 bytes); at most 5 bits x 32 = 20 bytes, so 32 loaded bytes always cover it.
+    # Depth mode & 7 clamped to [3, 5] and the start to 128 - 4 depth: formats.h's reading of any bytes.
     jj = tl.arange(0, 8)[None, None, :]
-    depths = _u8(blk + 20 + jj, ok) & 7
-    start_byte = 4 * tl.sum(tl.where(jj < j, depths, 0), axis=2)[:, :, None]
+    depths = tl.minimum(tl.maximum(_u8(blk + 20 + jj, ok) & 7, 3), 5)
     depth = tl.sum(tl.where(jj == j, depths, 0), axis=2)[:, :, None]
+    start_byte = tl.minimum(4 * tl.sum(tl.where(jj < j, depths, 0), axis=2)[:, :, None], 128 - 4 * depth)
     t = tl.arange(0, 32)[None, None, :]
     raw = _u8(blk + 32 + start_byte + t, ok & (start_byte + t < 128))
     q = _gather_bits(raw, t * depth, depth)
@@ -215,12 +216,14 @@ def _decode_exl3(w_ptr, row_off, n_ok, s0, n_sub, BN: tl.constexpr, NS: tl.const
 
 @triton.jit
 def ternary_codes(w_ptr, row_off, n_ok, s0, n_sub, BN: tl.constexpr, NS: tl.constexpr):
-    """Ternary codes [BN, NS, 32] (0, 1, 2 = -1, 0, +1) in k order, and the scales [BN, NS, 1].
+    """Ternary codes [BN, NS, 32] (0, 1, 2 = -1, 0, +1; the invalid 3 read as 1) in k order, and
+    the scales [BN, NS, 1].
     Byte j holds elements 4j .. 4j+3 (2 bits each, LSB first): nested joins keep that order."""
     s, ok = _sub_blocks(n_ok, s0, n_sub, NS)
     blk = w_ptr + row_off + s.to(tl.int64) * 12
     d = _f16(blk, ok)
     qs = _u8(blk + 4 + tl.arange(0, 8)[None, None, :], ok)
+    qs = qs & ~((qs & 0x55) << 1)  # invalid code 3 -> 1, a zero trit (formats.h's rule)
     codes = tl.join(tl.join(qs & 3, (qs >> 4) & 3), tl.join((qs >> 2) & 3, qs >> 6))
     return tl.reshape(codes, (BN, NS, 32)), d
 

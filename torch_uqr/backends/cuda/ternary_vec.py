@@ -41,7 +41,8 @@ def _ternary_vec_kernel(x_ptr, w_ptr, y_ptr, ws_ptr, M, N, K, w_row_stride,
         s3 = s0 + tl.arange(0, NS)[None, :, None]
         k = s3 * 32 + t
         xv = tl.load(x_row + (k // x_hd) * x_hs + k % x_hd, mask=s3 < n_sub, other=0.0).to(tl.float32)
-        signed = tl.where(code == 2, xv, tl.where(code == 0, -xv, 0.0))
+        # a zero trit adds x * 0, so NaN / Inf in x reach the output as in a float matmul
+        signed = tl.where(code == 2, xv, tl.where(code == 0, -xv, xv * 0.0))
         acc += tl.sum(signed, axis=2) * tl.reshape(d, (BN, NS))
     store_row_results(y_ptr, ws_ptr, tl.sum(acc, axis=1), n, N, b, m, M, y_bs, y_rs, y_hd, y_hs, SPLIT_K)
 
