@@ -188,27 +188,27 @@ struct BlockDecoder<UQR_EXL3, 0> : GenericDecoder<UQR_EXL3, 0> {
 // cpu_simd.h helpers, then one FMA per 16 elements with the block's factors. fma(q, d, -8d) is the
 // reference's (q - 8) d with its single rounding (8d is exact), and likewise q d + m, sc q - off.
 
+// A 32-weight block of 16 code bytes (elements 0-15 in the low nibbles, 16-31 in the high ones):
+// q d + offset per element.
+inline void nibble_block(const uint8_t* qs, float d, float offset, vf* out) {
+  const vf vd = vset1(d), off = vset1(offset);
+  vf lo, hi;
+  vnibbles(qs, lo, hi);
+  out[0] = vfma(lo, vd, off);
+  out[1] = vfma(hi, vd, off);
+}
+
 template <>
 struct BlockDecoder<UQR_Q4_0, 0> : GenericDecoder<UQR_Q4_0, 0> {
   static inline void decode(const uint8_t* blk, vf* out) {
     const float d = load_half(blk);
-    const vf vd = vset1(d), off = vset1(-8.f * d);
-    vf lo, hi;
-    vnibbles(blk + 2, lo, hi);
-    out[0] = vfma(lo, vd, off);
-    out[1] = vfma(hi, vd, off);
+    nibble_block(blk + 2, d, -8.f * d, out);
   }
 };
 
 template <>
 struct BlockDecoder<UQR_Q4_1, 0> : GenericDecoder<UQR_Q4_1, 0> {
-  static inline void decode(const uint8_t* blk, vf* out) {
-    const vf vd = vset1(load_half(blk)), vm = vset1(load_half(blk + 2));
-    vf lo, hi;
-    vnibbles(blk + 4, lo, hi);
-    out[0] = vfma(lo, vd, vm);
-    out[1] = vfma(hi, vd, vm);
-  }
+  static inline void decode(const uint8_t* blk, vf* out) { nibble_block(blk + 4, load_half(blk), load_half(blk + 2), out); }
 };
 
 template <>

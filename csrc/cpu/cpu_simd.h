@@ -49,12 +49,6 @@ inline vf vfms(vf a, vf b, vf c) { return _mm512_fmsub_ps(a, b, c); }
 inline vf vmul(vf a, vf b) { return _mm512_mul_ps(a, b); }
 inline vf vadd(vf a, vf b) { return _mm512_add_ps(a, b); }
 inline float vsum(vf v) { return _mm512_reduce_add_ps(v); }
-// fp16 field of a block -> float in one instruction (F16C) instead of the portable bit-twiddling.
-inline float load_half(const uint8_t* p) {
-  uint16_t h;
-  std::memcpy(&h, p, 2);
-  return _cvtsh_ss(h);
-}
 #elif UQR_CPU_AVX2
 struct vf {
   __m256 lo, hi;
@@ -73,11 +67,6 @@ inline float hsum256(__m256 v) {
   return _mm_cvtss_f32(_mm_add_ss(h2, _mm_movehdup_ps(h2)));
 }
 inline float vsum(vf v) { return hsum256(_mm256_add_ps(v.lo, v.hi)); }
-inline float load_half(const uint8_t* p) {
-  uint16_t h;
-  std::memcpy(&h, p, 2);
-  return _cvtsh_ss(h);
-}
 #elif UQR_CPU_NEON
 struct vf {
   float32x4_t q[4];
@@ -149,6 +138,15 @@ inline float vsum(vf v) {
   return s;
 }
 inline float load_half(const uint8_t* p) { return uqr_load_half(p); }
+#endif
+
+#if UQR_CPU_AVX512 || UQR_CPU_AVX2
+// fp16 field of a block -> float in one instruction (F16C) instead of the portable bit-twiddling.
+inline float load_half(const uint8_t* p) {
+  uint16_t h;
+  std::memcpy(&h, p, 2);
+  return _cvtsh_ss(h);
+}
 #endif
 
 // ---- byte codes -> float lanes (the block decoders' building blocks; integers convert exactly) ----

@@ -134,6 +134,26 @@ struct QView {
 };
 
 
+#if UQR_CPU_AVX2
+// 32 codes of 0..15 (one per byte) x 32 int8 x -> 8 int32 partial sums: vpmaddubsw adds pairs
+// (|sum| <= 2 * 15 * 128, no int16 saturation), vpmaddwd with ones widens them.
+inline __m256i dot_u4s8(__m256i q, __m256i x) { return _mm256_madd_epi16(_mm256_maddubs_epi16(q, x), _mm256_set1_epi16(1)); }
+
+// 16 code bytes -> 32 codes, one per byte: all low nibbles then all high nibbles, or (pairs) in
+// MLX's element order, low and high nibble of each byte side by side.
+inline __m256i nibbles32(const uint8_t* p, bool pairs) {
+  const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p)), m4 = _mm_set1_epi8(0x0F);
+  const __m128i l = _mm_and_si128(q, m4), h = _mm_and_si128(_mm_srli_epi16(q, 4), m4);
+  return pairs ? _mm256_set_m128i(_mm_unpackhi_epi8(l, h), _mm_unpacklo_epi8(l, h)) : _mm256_set_m128i(h, l);
+}
+
+template <int NR, int MR>
+inline void zero_acc(__m256 (&acc)[NR][MR]) {
+  for (int r = 0; r < NR; ++r)
+    for (int m = 0; m < MR; ++m) acc[r][m] = _mm256_setzero_ps();
+}
+#endif
+
 // ---- q4_0 ----------------------------------------------------------------------------------
 #if UQR_CPU_VNNI
 // Four q4_0 blocks (72 bytes) are one pass of 512-bit registers. Two overlapping 64-byte loads
@@ -251,26 +271,20 @@ void q4_0_tile(const uint8_t* w, int64_t row_bytes, int64_t nblocks, const QView
     for (int m = 0; m < MR; ++m) res[m * ld + r] = (acc0 ? res[m * ld + r] : 0.f) + _mm512_reduce_add_ps(acc[r][m]);
 #elif UQR_CPU_AVX2
   // Per block: the 16 code bytes as 32 nibbles in element order (low nibbles = elements 0-15),
-  // vpmaddubsw against the 32 int8 x (u4 x s8 pairs: |sum| <= 2 * 15 * 128, no int16
-  // saturation), vpmaddwd to int32; every one of the 8 lanes starts at -sx (the -8 sx term).
+  // dotted with the 32 int8 x; every one of the 8 int32 lanes adds -sx (the -8 sx term).
   __m256 acc[NR][MR];
-  for (int r = 0; r < NR; ++r)
-    for (int m = 0; m < MR; ++m) acc[r][m] = _mm256_setzero_ps();
-  const __m128i m4 = _mm_set1_epi8(0x0F);
-  const __m256i ones = _mm256_set1_epi16(1);
+  zero_acc(acc);
   for (int64_t b = 0; b < nblocks; ++b) {
 #pragma GCC unroll 4
     for (int r = 0; r < NR; ++r) {
       const uint8_t* blk = w + r * row_bytes + b * UQR_Q4_0_BYTES;
-      const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 2));
-      const __m256i q = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(raw, 4), m4), _mm_and_si128(raw, m4));
+      const __m256i q = nibbles32(blk + 2, false);
       const float dw = load_half(blk);
 #pragma GCC unroll 8
       for (int m = 0; m < MR; ++m) {
         const int64_t xb = m * x.ldb + b;
         const __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.q + m * x.ldq + b * 32));
-        const __m256i dot = _mm256_add_epi32(_mm256_madd_epi16(_mm256_maddubs_epi16(q, xv), ones),
-                                             _mm256_set1_epi32(-x.s[xb]));
+        const __m256i dot = _mm256_add_epi32(dot_u4s8(q, xv), _mm256_set1_epi32(-x.s[xb]));
         acc[r][m] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_set1_ps(dw * x.d[xb]), acc[r][m]);
       }
     }
@@ -431,8 +445,7 @@ void q4_k_tile(const uint8_t* w, int64_t row_bytes, int64_t nblocks, const QView
   // dmin dx sum_j m_j sx_j is summed in integers per super-block, scalar.
   __m256 acc[NR][MR];
   float mins[NR][MR] = {};
-  for (int r = 0; r < NR; ++r)
-    for (int m = 0; m < MR; ++m) acc[r][m] = _mm256_setzero_ps();
+  zero_acc(acc);
   const __m256i m4 = _mm256_set1_epi8(0x0F);
   for (int64_t b = 0; b < nblocks; ++b) {
 #pragma GCC unroll 4
@@ -584,23 +597,16 @@ void mlx4_tile(const uint8_t* w, int64_t row_bytes, int64_t nblocks, int g, cons
   b0 = npacks * gpp;
 #elif UQR_CPU_AVX2
   // Per 32 elements: 16 code bytes split into nibbles and interleaved back into element order
-  // (punpcklbw / punpckhbw), vpmaddubsw + vpmaddwd against x; per group one FMA by dx scale and
-  // the bias term dx bias sx in a scalar sum.
+  // (punpcklbw / punpckhbw), dotted with x; per group one FMA by dx scale and the bias term
+  // dx bias sx in a scalar sum.
   __m256 acc[NR][MR];
-  for (int r = 0; r < NR; ++r)
-    for (int m = 0; m < MR; ++m) acc[r][m] = _mm256_setzero_ps();
-  const __m128i m4 = _mm_set1_epi8(0x0F);
-  const __m256i ones = _mm256_set1_epi16(1);
+  zero_acc(acc);
   for (int64_t b = 0; b < nblocks; ++b) {
     for (int r = 0; r < NR; ++r) {
       const uint8_t* blk = w + r * row_bytes + b * bytes;
       const float scale = load_half(blk), bias = load_half(blk + 2);
       __m256i e[4];
-      for (int c = 0; c < per; ++c) {
-        const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 4 + 16 * c));
-        const __m128i l = _mm_and_si128(q, m4), h = _mm_and_si128(_mm_srli_epi16(q, 4), m4);
-        e[c] = _mm256_set_m128i(_mm_unpackhi_epi8(l, h), _mm_unpacklo_epi8(l, h));
-      }
+      for (int c = 0; c < per; ++c) e[c] = nibbles32(blk + 4 + 16 * c, true);
       for (int m = 0; m < MR; ++m) {
         const int8_t* xq = x.q + m * x.ldq + b * g;
         const int64_t xb = m * x.ldb + b * per;
@@ -608,7 +614,7 @@ void mlx4_tile(const uint8_t* w, int64_t row_bytes, int64_t nblocks, int g, cons
         int32_t sx = 0;
         for (int c = 0; c < per; ++c) {
           const __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq + 32 * c));
-          isum = _mm256_add_epi32(isum, _mm256_madd_epi16(_mm256_maddubs_epi16(e[c], xv), ones));
+          isum = _mm256_add_epi32(isum, dot_u4s8(e[c], xv));
           sx += x.s[xb + c];
         }
         acc[r][m] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_set1_ps(x.d[xb] * scale), acc[r][m]);

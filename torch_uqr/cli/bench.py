@@ -67,6 +67,8 @@ class Row:
     torch_f16_ms: Optional[float] = None   # mps: torch fp16 matmul on dense weights
     mlx_ms: Optional[float] = None         # mps: mlx.core.quantized_matmul, 4-bit
     mlx_group_size: Optional[int] = None
+    cpu_ms: Optional[float] = None         # median CPU time of this process per call (all threads)
+    dense_cpu_ms: Optional[float] = None   # the same for the dense matmul
 
 
 def llc_bytes() -> int:
@@ -94,16 +96,25 @@ def _sync(device: torch.device) -> None:
 
 def median_ms(fn: Callable[[int], object], reps: int, device: torch.device, warmup: int = 1) -> float:
     """Median wall time of fn(i) over ``reps`` calls (i = repetition index, for rotating inputs)."""
+    return median_wall_cpu_ms(fn, reps, device, warmup)[0]
+
+
+def median_wall_cpu_ms(fn: Callable[[int], object], reps: int, device: torch.device,
+                       warmup: int = 1) -> tuple[float, float]:
+    """Medians of the wall time and of this process's CPU time (all its threads) per call of fn(i).
+    On a machine shared with other jobs the CPU time is the steadier figure at one thread: it does
+    not count the time spent waiting for a core."""
     for i in range(warmup):
         fn(i)
     _sync(device)
-    times = []
+    walls, cpus = [], []
     for i in range(reps):
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         fn(warmup + i)
         _sync(device)
-        times.append((time.perf_counter() - t0) * 1e3)
-    return statistics.median(times)
+        walls.append((time.perf_counter() - t0) * 1e3)
+        cpus.append((time.process_time() - c0) * 1e3)
+    return statistics.median(walls), statistics.median(cpus)
 
 
 def _widest_view(t: torch.Tensor) -> torch.Tensor:
@@ -236,11 +247,11 @@ def bench_one(fmt: str, g: int, N: int, K: int, Ms: list[int], args, device: tor
         ref = x.double() @ W.T
         xd = x.to(device)
         reps = _reps_for(M, args.reps)
-        deq_ms = dense_ms = None
+        deq_ms = dense_ms = dense_cpu = None
         if not args.no_baseline:
             deq_ms = median_ms(lambda i: xd @ dequantize(qts[i % copies]).to(dtype).T,
                                min(reps, 3), device)
-            dense_ms = median_ms(lambda i: xd @ dense_copies[i % len(dense_copies)].T, reps, device)
+            dense_ms, dense_cpu = median_wall_cpu_ms(lambda i: xd @ dense_copies[i % len(dense_copies)].T, reps, device)
         f16_ms = mlx_ms = mlx_g = None
         if device.type == "mps" and not args.no_baseline:
             mlx_g = g if fmt == "mlx4" else MLX4_DEFAULT_GROUP
@@ -253,11 +264,11 @@ def bench_one(fmt: str, g: int, N: int, K: int, Ms: list[int], args, device: tor
         for path in paths:
             y = ops.gemm(xd, qts[0], path=path).double().cpu()
             err = ((y - ref).abs().max() / ref.abs().max().clamp_min(1e-30)).item()
-            ms = median_ms(lambda i: ops.gemm(xd, qts[i % copies], path=path), reps, device)
+            ms, cpu_ms = median_wall_cpu_ms(lambda i: ops.gemm(xd, qts[i % copies], path=path), reps, device)
             llama = getattr(args, "llama_ms", {}).get((fmt, N, K, M)) if path == paths[0] else None
             rows.append(Row(fmt=fmt, group_size=g, path=path, N=N, K=K, M=M, dtype=str(dtype).split(".")[-1],
-                            device=str(device), ms=ms, gflops=2.0 * M * N * K / ms / 1e6, max_rel_err=err,
-                            deq_matmul_ms=deq_ms, dense_matmul_ms=dense_ms,
+                            device=str(device), ms=ms, cpu_ms=cpu_ms, gflops=2.0 * M * N * K / ms / 1e6, max_rel_err=err,
+                            deq_matmul_ms=deq_ms, dense_matmul_ms=dense_ms, dense_cpu_ms=dense_cpu,
                             speedup_vs_deq_matmul=(deq_ms / ms) if deq_ms else None,
                             llama_cpp_ms=llama, weight_copies=copies, hot=hot, read_floor_ms=floor_ms,
                             torch_f16_ms=f16_ms, mlx_ms=mlx_ms, mlx_group_size=mlx_g if mlx_ms else None))
@@ -269,14 +280,15 @@ def format_table(rows: list[Row]) -> str:
     """Markdown table of the rows (the form used in docs/perf/cpu.md)."""
     def f(v, spec):
         return "-" if v is None else format(v, spec)
-    head = ("| format | path | N x K | M | uqr ms | read floor ms | GFLOP/s | max rel err | deq+matmul ms "
-            "| x faster | dense matmul ms (x dtype) | llama.cpp ms |")
-    lines = [head, "|" + "---|" * 12]
+    head = ("| format | path | N x K | M | uqr ms | uqr cpu ms | read floor ms | GFLOP/s | max rel err | deq+matmul ms "
+            "| x faster | dense matmul ms (x dtype) | dense cpu ms | llama.cpp ms |")
+    lines = [head, "|" + "---|" * 14]
     for r in rows:
         name = f"{r.fmt}:{r.group_size}" if r.fmt == "mlx4" else r.fmt
-        lines.append(f"| {name} | {r.path} | {r.N}x{r.K} | {r.M} | {r.ms:.3f} | {f(r.read_floor_ms, '.3f')} | {r.gflops:.1f} | "
+        lines.append(f"| {name} | {r.path} | {r.N}x{r.K} | {r.M} | {r.ms:.3f} | {f(r.cpu_ms, '.3f')} | "
+                     f"{f(r.read_floor_ms, '.3f')} | {r.gflops:.1f} | "
                      f"{r.max_rel_err:.1e} | {f(r.deq_matmul_ms, '.2f')} | {f(r.speedup_vs_deq_matmul, '.1f')} | "
-                     f"{f(r.dense_matmul_ms, '.3f')} | {f(r.llama_cpp_ms, 'g')} |")
+                     f"{f(r.dense_matmul_ms, '.3f')} | {f(r.dense_cpu_ms, '.3f')} | {f(r.llama_cpp_ms, 'g')} |")
     return "\n".join(lines)
 
 
