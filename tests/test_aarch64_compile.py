@@ -66,7 +66,7 @@ def clang_aarch64(tmp_path_factory):
     probe = tmp_path_factory.mktemp("probe")
     src = probe / "p.cpp"
     src.write_text("#include <arm_neon.h>\nfloat32x4_t f(float32x4_t a) { return vaddq_f32(a, a); }\n")
-    r = subprocess.run([CLANG, *TARGET, "-c", "-o", str(probe / "p.o"), str(src)], capture_output=True, text=True)
+    r = _compile(probe, str(src), ["-c", "-o", str(probe / "p.o")])
     if r.returncode != 0:
         pytest.skip(f"this clang cannot target aarch64: {r.stderr[-300:]}")
     return CLANG
