@@ -35,7 +35,7 @@ def test_bench_hot_flag_and_read_floor(tmp_path, capsys, hot):
     for fmt in ("q4_0", "q8_0"):
         assert len({r["read_floor_ms"] for r in rows if r["fmt"] == fmt}) == 1
     text = capsys.readouterr().out
-    assert "| uqr ms | read floor ms |" in text
+    assert "| uqr ms | uqr cpu ms | read floor ms |" in text
     assert ("weights hot: one copy reused" in text) == hot
     assert ("rotated through" in text) != hot
 

@@ -28,7 +28,7 @@ def paths_for(fmt: str) -> list[str]:
 
 
 @pytest.mark.parametrize("fmt,g", FORMAT_CASES, ids=FORMAT_IDS)
-@pytest.mark.parametrize("M", [1, 2, 7, 8, 9, 33, 129])
+@pytest.mark.parametrize("M", [1, 2, 7, 8, 9, 23, 24, 33, 129])
 def test_formats_and_paths_fp32(fmt, g, M):
     K = k_for(fmt)
     qt, W = weights(fmt, g, N_ODD, K)

@@ -5,9 +5,10 @@
 //
 // The 4-bit formats, q8_0, ternary and exl3 have AVX-512 decoders (codes moved into 32-bit lanes,
 // then a 16-entry table permute or an int->float convert); var_affine has a block-level scalar
-// decoder (its code width changes per sub-block); without AVX-512 every other format goes through
-// the shared scalar uqr_decode8_* of uqr/formats.h. The tests hold each of them equal to the
-// Python reference decoder.
+// decoder (its code width changes per sub-block). Without AVX-512 the q4/q8/mlx4 formats have
+// decoders written on cpu_simd.h's vector helpers (AVX2, NEON or the portable array); ternary and
+// exl3 go through the shared scalar uqr_decode8_* of uqr/formats.h. The tests hold each of them
+// equal to the Python reference decoder.
 #pragma once
 #include <c10/util/Exception.h>
 
@@ -179,6 +180,83 @@ struct BlockDecoder<UQR_EXL3, 0> : GenericDecoder<UQR_EXL3, 0> {
                                                     _mm512_slli_epi64(_mm512_srlv_epi64(v, odd), 32));
         out[2 * j + h] = _mm512_permutexvar_ps(idx, table);
       }
+    }
+  }
+};
+
+#else  // !UQR_CPU_AVX512
+
+// The other vector ISAs (AVX2, NEON, the portable array): codes widened to float lanes by the
+// cpu_simd.h helpers, then one FMA per 16 elements with the block's factors. fma(q, d, -8d) is the
+// reference's (q - 8) d with its single rounding (8d is exact), and likewise q d + m, sc q - off.
+
+// A 32-weight block of 16 code bytes (elements 0-15 in the low nibbles, 16-31 in the high ones):
+// q d + offset per element.
+inline void nibble_block(const uint8_t* qs, float d, float offset, vf* out) {
+  const vf vd = vset1(d), off = vset1(offset);
+  vf lo, hi;
+  vnibbles(qs, lo, hi);
+  out[0] = vfma(lo, vd, off);
+  out[1] = vfma(hi, vd, off);
+}
+
+template <>
+struct BlockDecoder<UQR_Q4_0, 0> : GenericDecoder<UQR_Q4_0, 0> {
+  static inline void decode(const uint8_t* blk, vf* out) {
+    const float d = load_half(blk);
+    nibble_block(blk + 2, d, -8.f * d, out);
+  }
+};
+
+template <>
+struct BlockDecoder<UQR_Q4_1, 0> : GenericDecoder<UQR_Q4_1, 0> {
+  static inline void decode(const uint8_t* blk, vf* out) { nibble_block(blk + 4, load_half(blk), load_half(blk + 2), out); }
+};
+
+template <>
+struct BlockDecoder<UQR_Q8_0, 0> : GenericDecoder<UQR_Q8_0, 0> {
+  static inline void decode(const uint8_t* blk, vf* out) {
+    const vf d = vset1(load_half(blk));
+    out[0] = vmul(vfrom_s8(blk + 2), d);
+    out[1] = vmul(vfrom_s8(blk + 18), d);
+  }
+};
+
+template <>
+struct BlockDecoder<UQR_Q4_K, 0> : GenericDecoder<UQR_Q4_K, 0> {
+  static inline void decode(const uint8_t* blk, vf* out) {
+    const float d = load_half(blk), dmin = load_half(blk + 2);
+    uint32_t w[3], sc[2], mn[2];
+    std::memcpy(w, blk + 4, 12);
+    uqr_q4_k_scale_min_words(w[0], w[1], w[2], false, sc[0], mn[0]);
+    uqr_q4_k_scale_min_words(w[0], w[1], w[2], true, sc[1], mn[1]);
+    for (int c = 0; c < 4; ++c) {
+      // qs[32c .. 32c+31]: sub-block 2c in the low nibbles, 2c+1 in the high ones.
+      const int j0 = 2 * c, j1 = 2 * c + 1;
+      const vf s0 = vset1(d * static_cast<float>((sc[j0 >> 2] >> (8 * (j0 & 3))) & 0xFF));
+      const vf m0 = vset1(dmin * static_cast<float>((mn[j0 >> 2] >> (8 * (j0 & 3))) & 0xFF));
+      const vf s1 = vset1(d * static_cast<float>((sc[j1 >> 2] >> (8 * (j1 & 3))) & 0xFF));
+      const vf m1 = vset1(dmin * static_cast<float>((mn[j1 >> 2] >> (8 * (j1 & 3))) & 0xFF));
+      vf lo0, hi0, lo1, hi1;
+      vnibbles(blk + 16 + 32 * c, lo0, hi0);
+      vnibbles(blk + 16 + 32 * c + 16, lo1, hi1);
+      out[4 * c + 0] = vfms(lo0, s0, m0);
+      out[4 * c + 1] = vfms(lo1, s0, m0);
+      out[4 * c + 2] = vfms(hi0, s1, m1);
+      out[4 * c + 3] = vfms(hi1, s1, m1);
+    }
+  }
+};
+
+template <int G>
+struct BlockDecoder<UQR_MLX4, G> : GenericDecoder<UQR_MLX4, G> {
+  static inline void decode(const uint8_t* blk, vf* out) {
+    const vf s = vset1(load_half(blk)), b = vset1(load_half(blk + 2));
+    for (int c = 0; c < G / 32; ++c) {
+      vf e0, e1;
+      vnibble_pairs(blk + 4 + 16 * c, e0, e1);
+      out[2 * c] = vfma(e0, s, b);
+      out[2 * c + 1] = vfma(e1, s, b);
     }
   }
 };

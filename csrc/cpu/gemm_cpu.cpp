@@ -105,15 +105,24 @@ constexpr bool kTernaryAutoVec = false;
 // generation: oneDNN's fp16 GEMM only beats our fp32 panel GEMM for tall x, so fp16 switches at
 // kHalfFp16MinRows (measurements in docs/perf/cpu.md).
 constexpr int64_t kHalfFp16MinRows = 256;
+// fp32 x without AVX-512: the panel microkernel is tiled for 32 zmm registers (16 accumulators of
+// 16 lanes), so with 16 ymm (AVX2) or 32 q registers (NEON) larger M goes to the library's fp32
+// GEMM on decoded panels instead. Below kFp32LibraryMinRows the fused kernel (in passes of
+// kFusedMaxRows rows) is faster: the library path writes and re-reads every decoded weight as
+// fp32 (Zen 2, one thread, CPU ms: M = 16 fused 17, library 26; M = 31 fused 38-64, library
+// 31-44 at M = 32; docs/perf/history.md).
+constexpr bool kFp32Library = !UQR_CPU_AVX512;
+constexpr int64_t kFp32LibraryMinRows = 24;
 
-bool use_half_library(const GemmPlan& plan, int64_t R) {
+bool use_library(const GemmPlan& plan, int64_t R) {
   if (plan.path == GemmPath::kVec) return false;
   const auto st = plan.x_used.scalar_type();
-  return st == at::kBFloat16 || (st == at::kHalf && R >= kHalfFp16MinRows);
+  return st == at::kBFloat16 || (st == at::kHalf && R >= kHalfFp16MinRows) || (st == at::kFloat && kFp32Library);
 }
 
 bool use_fused(const GemmPlan& plan, int64_t R) {
   if (plan.path == GemmPath::kVec) return true;
+  if (kFp32Library && plan.x_used.scalar_type() == at::kFloat) return R < kFp32LibraryMinRows;
   return R <= kFusedMaxRows;
 }
 
@@ -154,8 +163,8 @@ at::Tensor gemm(const at::Tensor& x, const at::Tensor& w, c10::string_view fmt, 
     }
     return y;
   }
-  if (use_half_library(plan, R)) {
-    gemm_half_library(wp, p, plan.x_used, R, y, out);
+  if (use_library(plan, R)) {
+    gemm_library(wp, p, plan.x_used, R, y, out);
     return y;
   }
   // Panel path: x is read once through its strides into the packed fp32 layout.

@@ -95,13 +95,13 @@ inline void ternary_tile(const uint8_t* w, int64_t row_bytes, int64_t nblocks, c
       }
 #else
       for (int m = 0; m < MR; ++m) {
-        vf s = vzero();
+        float s[kLanes] = {};
         for (int i = 0; i < UQR_TERNARY_BLOCK; ++i) {
           const int code = static_cast<int>((codes >> (2 * i)) & 3u);
           const float xv = xb[m * K + i];
-          s.f[i % kLanes] += code == 2 ? xv : code == 0 ? -xv : 0.f;
+          s[i % kLanes] += code == 2 ? xv : code == 0 ? -xv : 0.f;
         }
-        acc[r][m] = vfma(s, d, acc[r][m]);
+        acc[r][m] = vfma(vload(s), d, acc[r][m]);
       }
 #endif
     }

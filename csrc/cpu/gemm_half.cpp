@@ -1,23 +1,26 @@
-// Half activations (bf16, fp16) at larger M: decode a panel of weight rows into x's dtype, then one
-// ATen mm per panel. For bf16, oneDNN runs it on the AMX tiles, which is ~4x the fp32 FMA rate of
-// our own panel GEMM (docs/perf/cpu.md), so the decode is what remains of the quantized cost.
+// Larger M through a library GEMM: decode a panel of weight rows into x's dtype, then one ATen mm
+// per panel. For bf16, oneDNN runs it on the AMX tiles, which is ~4x the fp32 FMA rate of our own
+// panel GEMM (docs/perf/cpu.md), so the decode is what remains of the quantized cost. fp32 x takes
+// this path on CPUs without AVX-512, where the library's (MKL / oneDNN) fp32 GEMM beats the
+// panel microkernel, which is tiled for 32 zmm registers.
 //
-// Numerics: each decoded weight is rounded once to x's dtype (bf16: 8 significant bits), products
-// are accumulated in fp32 inside the library, y is rounded to x's dtype. MLX dequantizes to the
-// activation dtype the same way; the error stays well inside the tests' 1e-2 bound for half
-// outputs (whose own rounding is 2^-9 for bf16).
+// Numerics: each decoded weight is rounded once to x's dtype (bf16: 8 significant bits; fp32:
+// exact), products are accumulated in fp32 inside the library, y is rounded to x's dtype. MLX
+// dequantizes to the activation dtype the same way; the error stays well inside the tests' 1e-2
+// bound for half outputs (whose own rounding is 2^-9 for bf16).
 //
-// Structure: panels of kHalfPanelRows rows are decoded by all threads (at::parallel_for), then
+// Structure: panels of kLibraryPanelRows rows are decoded by all threads (at::parallel_for), then
 // one mm per panel uses all threads. Panel sizes of 256 .. 4096 rows were measured at M = 16,
-// 128, 512 (K = N = 4096): 512 .. 2048 were within noise of each other, the whole matrix at
+// 128, 512 (K = N = 4096, bf16): 512 .. 2048 were within noise of each other, the whole matrix at
 // once (4096) up to 2x slower. Per-thread panels with a single-threaded mm inside the parallel
 // region were not tried: the fp32 path's experience (gemm_panel.cpp) is that a library GEMM
-// called there oversubscribes the cores. Extra memory: one panel (kHalfPanelRows x K halves,
-// 8 MiB at K = 4096) plus the gathered x when x is head-strided.
+// called there oversubscribes the cores. Extra memory: one panel (kLibraryPanelRows x K elements
+// of x's dtype, 8 MiB for halves at K = 4096) plus the gathered x when x is head-strided.
 #include <ATen/Parallel.h>
 
 #include <algorithm>
 #include <cstring>
+#include <type_traits>
 
 #include "block_decode.h"
 #include "kernels.h"
@@ -29,7 +32,9 @@ template <class T>
 void run(const uint8_t* w, const uqr_gemm_params& p, const at::Tensor& x, int64_t R, const at::Tensor& y,
          const OutputWriter& out) {
   const at::Tensor xm = x_matrix(x, p, R);
-  const int64_t prows = std::min<int64_t>(kHalfPanelRows, p.N);
+  // fp32 panels are kept to a quarter of the rows, so a panel (4 MiB at K = 4096) stays in the
+  // last-level cache between its decode and the GEMM that reads it.
+  const int64_t prows = std::min<int64_t>(std::is_same_v<T, float> ? kLibraryPanelRows / 4 : kLibraryPanelRows, p.N);
   at::Tensor panel = at::empty({prows, p.K}, x.options());
   // Plain y ([R, N] rows, one stride): mm writes into its column slice directly.
   const bool plain_y = p.batch == 1 && p.y_head_dim == p.N && p.y_row_stride == p.N;
@@ -39,7 +44,7 @@ void run(const uint8_t* w, const uqr_gemm_params& p, const at::Tensor& x, int64_
     using Dec = typename decltype(tag)::type;
     for (int64_t n0 = 0; n0 < p.N; n0 += prows) {
       const int64_t rows = std::min<int64_t>(prows, p.N - n0);
-      T* pp = panel.data_ptr<T>();
+      T* pp = panel.template data_ptr<T>();
       at::parallel_for(0, rows, 16, [&](int64_t begin, int64_t end) {
         decode_rows<Dec>(w, p, n0 + begin, end - begin, pp + begin * p.K, p.K);
       });
@@ -50,7 +55,7 @@ void run(const uint8_t* w, const uqr_gemm_params& p, const at::Tensor& x, int64_
         continue;
       }
       c = at::mm(xm, wt);
-      const T* cp = c.const_data_ptr<T>();
+      const T* cp = c.template const_data_ptr<T>();
       at::parallel_for(0, R, 16, [&](int64_t begin, int64_t end) {
         for (int64_t r = begin; r < end; ++r) out.store(r, n0, rows, cp + r * rows);
       });
@@ -80,10 +85,13 @@ at::Tensor x_matrix(const at::Tensor& x, const uqr_gemm_params& p, int64_t R) {
   return xm;
 }
 
-void gemm_half_library(const uint8_t* w, const uqr_gemm_params& p, const at::Tensor& x, int64_t R,
-                       const at::Tensor& y, const OutputWriter& out) {
-  if (x.scalar_type() == at::kBFloat16) run<c10::BFloat16>(w, p, x, R, y, out);
-  else run<c10::Half>(w, p, x, R, y, out);
+void gemm_library(const uint8_t* w, const uqr_gemm_params& p, const at::Tensor& x, int64_t R, const at::Tensor& y,
+                  const OutputWriter& out) {
+  switch (x.scalar_type()) {
+    case at::kBFloat16: run<c10::BFloat16>(w, p, x, R, y, out); break;
+    case at::kHalf: run<c10::Half>(w, p, x, R, y, out); break;
+    default: run<float>(w, p, x, R, y, out); break;
+  }
 }
 
 }  // namespace uqr::cpu

@@ -1,8 +1,8 @@
 // Path "int8": activations quantized to int8 (one fp32 scale per 32 elements for q4_0 and ternary,
 // per 256 for q4_k, var_affine and exl3, per group for mlx4), the weights' integer codes (4-bit;
 // ternary 2-bit; var_affine 3-5 bit; exl3 the int8 codebook values its 3-bit indices pick)
-// multiplied in with integer dot products (u8 x s8 -> int32, AVX-512 VNNI's vpdpbusd, where a VNNI
-// form exists).
+// multiplied in with integer dot products (u8 x s8 -> int32: AVX-512 VNNI's vpdpbusd where a VNNI
+// form exists; AVX2's vpmaddubsw + vpmaddwd for q4_0, q4_k and mlx4).
 //
 // Why: the fp32 fused kernel widens every nibble to a float lane (permutes and broadcasts on
 // port 5, ~9-12 cycles per 32-weight block measured); one vpdpbusd consumes 32 nibbles against
@@ -134,6 +134,26 @@ struct QView {
 };
 
 
+#if UQR_CPU_AVX2
+// 32 codes of 0..15 (one per byte) x 32 int8 x -> 8 int32 partial sums: vpmaddubsw adds pairs
+// (|sum| <= 2 * 15 * 128, no int16 saturation), vpmaddwd with ones widens them.
+inline __m256i dot_u4s8(__m256i q, __m256i x) { return _mm256_madd_epi16(_mm256_maddubs_epi16(q, x), _mm256_set1_epi16(1)); }
+
+// 16 code bytes -> 32 codes, one per byte: all low nibbles then all high nibbles, or (pairs) in
+// MLX's element order, low and high nibble of each byte side by side.
+inline __m256i nibbles32(const uint8_t* p, bool pairs) {
+  const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p)), m4 = _mm_set1_epi8(0x0F);
+  const __m128i l = _mm_and_si128(q, m4), h = _mm_and_si128(_mm_srli_epi16(q, 4), m4);
+  return pairs ? _mm256_set_m128i(_mm_unpackhi_epi8(l, h), _mm_unpacklo_epi8(l, h)) : _mm256_set_m128i(h, l);
+}
+
+template <int NR, int MR>
+inline void zero_acc(__m256 (&acc)[NR][MR]) {
+  for (int r = 0; r < NR; ++r)
+    for (int m = 0; m < MR; ++m) acc[r][m] = _mm256_setzero_ps();
+}
+#endif
+
 // ---- q4_0 ----------------------------------------------------------------------------------
 #if UQR_CPU_VNNI
 // Four q4_0 blocks (72 bytes) are one pass of 512-bit registers. Two overlapping 64-byte loads
@@ -249,6 +269,28 @@ void q4_0_tile(const uint8_t* w, int64_t row_bytes, int64_t nblocks, const QView
   }
   for (int r = 0; r < NR; ++r)
     for (int m = 0; m < MR; ++m) res[m * ld + r] = (acc0 ? res[m * ld + r] : 0.f) + _mm512_reduce_add_ps(acc[r][m]);
+#elif UQR_CPU_AVX2
+  // Per block: the 16 code bytes as 32 nibbles in element order (low nibbles = elements 0-15),
+  // dotted with the 32 int8 x; every one of the 8 int32 lanes adds -sx (the -8 sx term).
+  __m256 acc[NR][MR];
+  zero_acc(acc);
+  for (int64_t b = 0; b < nblocks; ++b) {
+#pragma GCC unroll 4
+    for (int r = 0; r < NR; ++r) {
+      const uint8_t* blk = w + r * row_bytes + b * UQR_Q4_0_BYTES;
+      const __m256i q = nibbles32(blk + 2, false);
+      const float dw = load_half(blk);
+#pragma GCC unroll 8
+      for (int m = 0; m < MR; ++m) {
+        const int64_t xb = m * x.ldb + b;
+        const __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.q + m * x.ldq + b * 32));
+        const __m256i dot = _mm256_add_epi32(dot_u4s8(q, xv), _mm256_set1_epi32(-x.s[xb]));
+        acc[r][m] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_set1_ps(dw * x.d[xb]), acc[r][m]);
+      }
+    }
+  }
+  for (int r = 0; r < NR; ++r)
+    for (int m = 0; m < MR; ++m) res[m * ld + r] = (acc0 ? res[m * ld + r] : 0.f) + hsum256(acc[r][m]);
 #else
   for (int r = 0; r < NR; ++r)
     for (int m = 0; m < MR; ++m) {
@@ -395,6 +437,48 @@ void q4_k_tile(const uint8_t* w, int64_t row_bytes, int64_t nblocks, const QView
     for (int m = 0; m < MR; ++m)
       res[m * ld + r] = (acc0 ? res[m * ld + r] : 0.f) + (_mm512_reduce_add_ps(acc[r][m]) -
                                                           _mm512_mask_reduce_add_ps(r & 1 ? 0xFF00 : 0x00FF, mins[r / 2][m]));
+#elif UQR_CPU_AVX2
+  // Per super-block and row: the 128 code bytes as 8 vectors of 32 nibbles (one sub-block each),
+  // vpmaddubsw against the sub-block's x codes, then vpmaddwd with the sub-block's 6-bit scale
+  // broadcast to int16 words sums the 8 scaled dots in int32 (|sc dot| <= 63 * 32 * 15 * 128,
+  // times 8 < 2^31); one conversion and FMA by d dx per super-block. The min term
+  // dmin dx sum_j m_j sx_j is summed in integers per super-block, scalar.
+  __m256 acc[NR][MR];
+  float mins[NR][MR] = {};
+  zero_acc(acc);
+  const __m256i m4 = _mm256_set1_epi8(0x0F);
+  for (int64_t b = 0; b < nblocks; ++b) {
+#pragma GCC unroll 4
+    for (int r = 0; r < NR; ++r) {
+      const uint8_t* blk = w + r * row_bytes + b * UQR_Q4_K_BYTES;
+      uint64_t sc, mn;
+      q4_k_scales_mins(blk + 4, sc, mn);
+      const float d = load_half(blk), dmin = load_half(blk + 2);
+      __m256i code[8], scw[8];
+      for (int c = 0; c < 4; ++c) {
+        const __m256i raw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 16 + 32 * c));
+        code[2 * c] = _mm256_and_si256(raw, m4);
+        code[2 * c + 1] = _mm256_and_si256(_mm256_srli_epi16(raw, 4), m4);
+      }
+      for (int j = 0; j < 8; ++j) scw[j] = _mm256_set1_epi16(static_cast<int16_t>((sc >> (8 * j)) & 63));
+#pragma GCC unroll 8
+      for (int m = 0; m < MR; ++m) {
+        const int8_t* xq = x.q + m * x.ldq + b * 256;
+        __m256i isum = _mm256_setzero_si256();
+        for (int j = 0; j < 8; ++j) {
+          const __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq + 32 * j));
+          isum = _mm256_add_epi32(isum, _mm256_madd_epi16(_mm256_maddubs_epi16(code[j], xv), scw[j]));
+        }
+        const int64_t xj = m * x.ldb + b * 8;
+        int32_t msum = 0;
+        for (int j = 0; j < 8; ++j) msum += static_cast<int32_t>((mn >> (8 * j)) & 63) * x.s[xj + j];
+        acc[r][m] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_set1_ps(d * x.d[xj]), acc[r][m]);
+        mins[r][m] += dmin * x.d[xj] * static_cast<float>(msum);
+      }
+    }
+  }
+  for (int r = 0; r < NR; ++r)
+    for (int m = 0; m < MR; ++m) res[m * ld + r] = (acc0 ? res[m * ld + r] : 0.f) + (hsum256(acc[r][m]) - mins[r][m]);
 #else
   for (int r = 0; r < NR; ++r)
     for (int m = 0; m < MR; ++m) {
@@ -511,6 +595,36 @@ void mlx4_tile(const uint8_t* w, int64_t row_bytes, int64_t nblocks, int g, cons
   for (int r = 0; r < NR; ++r)
     for (int m = 0; m < MR; ++m) part[r][m] = _mm512_reduce_add_ps(acc[r][m]);
   b0 = npacks * gpp;
+#elif UQR_CPU_AVX2
+  // Per 32 elements: 16 code bytes split into nibbles and interleaved back into element order
+  // (punpcklbw / punpckhbw), dotted with x; per group one FMA by dx scale and the bias term
+  // dx bias sx in a scalar sum.
+  __m256 acc[NR][MR];
+  zero_acc(acc);
+  for (int64_t b = 0; b < nblocks; ++b) {
+    for (int r = 0; r < NR; ++r) {
+      const uint8_t* blk = w + r * row_bytes + b * bytes;
+      const float scale = load_half(blk), bias = load_half(blk + 2);
+      __m256i e[4];
+      for (int c = 0; c < per; ++c) e[c] = nibbles32(blk + 4 + 16 * c, true);
+      for (int m = 0; m < MR; ++m) {
+        const int8_t* xq = x.q + m * x.ldq + b * g;
+        const int64_t xb = m * x.ldb + b * per;
+        __m256i isum = _mm256_setzero_si256();
+        int32_t sx = 0;
+        for (int c = 0; c < per; ++c) {
+          const __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq + 32 * c));
+          isum = _mm256_add_epi32(isum, dot_u4s8(e[c], xv));
+          sx += x.s[xb + c];
+        }
+        acc[r][m] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_set1_ps(x.d[xb] * scale), acc[r][m]);
+        part[r][m] += x.d[xb] * bias * static_cast<float>(sx);
+      }
+    }
+  }
+  for (int r = 0; r < NR; ++r)
+    for (int m = 0; m < MR; ++m) part[r][m] += hsum256(acc[r][m]);
+  b0 = nblocks;
 #endif
   for (int r = 0; r < NR; ++r)
     for (int m = 0; m < MR; ++m) {

@@ -3,8 +3,9 @@
 //   gemm_fused.cpp   small M: decode + dot fused per weight row, reading only the packed bytes;
 //                    also the ternary add/subtract ("vec") kernel;
 //   gemm_int8.cpp    path "int8": int8 activations, integer dot products (q4_0, q4_k);
-//   gemm_panel.cpp   large M: each thread decodes a panel of weight rows once and multiplies it
-//                    against all of M with a register-tiled GEMM microkernel.
+//   gemm_panel.cpp   large M (AVX-512): each thread decodes a panel of weight rows once and
+//                    multiplies it against all of M with a register-tiled GEMM microkernel;
+//   gemm_half.cpp    large M otherwise (half x; fp32 x without AVX-512): decoded panels, ATen's mm.
 // Rows of the activation matrix are numbered r = b*M + m over the whole (batch, M) range.
 #pragma once
 #include <ATen/ATen.h>
@@ -25,7 +26,7 @@ constexpr int kFusedMaxRows = 8;            // rows per fused pass (accumulators
 constexpr int64_t kFusedXBytes = 24 << 10;  // activation rows kept in L1 per K chunk (L1d = 48 KiB)
 constexpr int64_t kPanelRows = 64;          // decoded weight rows per thread (1 MiB at K=4096)
 constexpr int64_t kFusedGrainRows = 64;     // weight rows per parallel work unit, fused path
-constexpr int64_t kHalfPanelRows = 1024;    // weight rows decoded per library GEMM, half path
+constexpr int64_t kLibraryPanelRows = 1024;  // weight rows decoded per library GEMM (gemm_half.cpp)
 
 // Writes float results into y through the output strides, converting to y's dtype.
 class OutputWriter {
@@ -132,9 +133,9 @@ void fused_driver(const uqr_gemm_params& p, int64_t R, const OutputWriter& out, 
 // Panel path over the packed activations.
 void gemm_panels(const uint8_t* w, const uqr_gemm_params& p, const float* xp, int64_t R,
                  const OutputWriter& out);
-// Half activations (bf16/fp16), larger M: weights decoded into x's dtype, multiplied by ATen's mm
-// (oneDNN; AMX for bf16), results stored into y (y has x's dtype).
-void gemm_half_library(const uint8_t* w, const uqr_gemm_params& p, const at::Tensor& x, int64_t R,
-                       const at::Tensor& y, const OutputWriter& out);
+// Larger M through ATen's mm (gemm_half.cpp): weights decoded into x's dtype a panel at a time,
+// multiplied by the library (oneDNN / MKL; AMX for bf16), results stored into y (y has x's dtype).
+void gemm_library(const uint8_t* w, const uqr_gemm_params& p, const at::Tensor& x, int64_t R, const at::Tensor& y,
+                  const OutputWriter& out);
 
 }  // namespace uqr::cpu

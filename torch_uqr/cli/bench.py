@@ -7,7 +7,9 @@ matmul alone (weights already in x's dtype). Between repetitions the packed weig
 enough copies to exceed the last-level cache, so every call reads its weights from memory, as the
 seed's benchmark flushes its cache. ``--hot`` instead reuses ONE copy (weights, dense baseline
 too), as llama.cpp's ``test-backend-ops perf`` does: weights that fit in the LLC are then read
-from it, which is the like-for-like comparison with the llama.cpp column. The "read floor ms"
+from it, which is the like-for-like comparison with the llama.cpp column. That column is measured
+in the same run when ``--llama-cpp-bin`` names a ``test-backend-ops`` binary (``llama_peer.py``);
+``--threads`` sets torch's thread count (and the peer's). The "read floor ms"
 column is the median time to read the packed bytes once (``torch.sum`` of the copy viewed as
 int64, same rotation and thread count as the timed calls): how close a row is to memory speed
 (or LLC speed with ``--hot``). On CPU, formats with path "int8" (in the format table) get a
@@ -35,10 +37,6 @@ from .. import ops
 from ..formats import table as fmt_table
 from ..qtensor import QTensor, dequantize
 
-# llama.cpp's own CPU kernels (ggml, native flags) on the 2-core dev machine, 4096 x 4096, ms
-# (issue 3); torch's fp32 matmul on dense weights measured there too.
-LLAMA_CPP_MS = {"q4_0": {1: 0.36, 16: 5.7, 128: 47.0, 512: 191.0},
-                "q4_k": {1: 0.29, 16: 3.9, 128: 33.0, 512: 131.0}}
 DEFAULT_FORMATS = fmt_table.NAMES
 MLX4_DEFAULT_GROUP = 64
 INT8_MAX_M = 8  # path "int8" is a small-M (decode) kernel; larger M is benched through "auto" only
@@ -62,13 +60,15 @@ class Row:
     deq_matmul_ms: Optional[float]
     dense_matmul_ms: Optional[float]
     speedup_vs_deq_matmul: Optional[float]
-    llama_cpp_ms: Optional[float]
+    llama_cpp_ms: Optional[float]          # --llama-cpp-bin: ggml's MUL_MAT, same shape, same run
     weight_copies: int
     hot: bool = False                      # --hot: one weight copy reused, not rotated
     read_floor_ms: Optional[float] = None  # median time to read the packed bytes once
     torch_f16_ms: Optional[float] = None   # mps: torch fp16 matmul on dense weights
     mlx_ms: Optional[float] = None         # mps: mlx.core.quantized_matmul, 4-bit
     mlx_group_size: Optional[int] = None
+    cpu_ms: Optional[float] = None         # median CPU time of this process per call (all threads)
+    dense_cpu_ms: Optional[float] = None   # the same for the dense matmul
 
 
 def llc_bytes() -> int:
@@ -96,16 +96,25 @@ def _sync(device: torch.device) -> None:
 
 def median_ms(fn: Callable[[int], object], reps: int, device: torch.device, warmup: int = 1) -> float:
     """Median wall time of fn(i) over ``reps`` calls (i = repetition index, for rotating inputs)."""
+    return median_wall_cpu_ms(fn, reps, device, warmup)[0]
+
+
+def median_wall_cpu_ms(fn: Callable[[int], object], reps: int, device: torch.device,
+                       warmup: int = 1) -> tuple[float, float]:
+    """Medians of the wall time and of this process's CPU time (all its threads) per call of fn(i).
+    On a machine shared with other jobs the CPU time is the steadier figure at one thread: it does
+    not count the time spent waiting for a core."""
     for i in range(warmup):
         fn(i)
     _sync(device)
-    times = []
+    walls, cpus = [], []
     for i in range(reps):
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         fn(warmup + i)
         _sync(device)
-        times.append((time.perf_counter() - t0) * 1e3)
-    return statistics.median(times)
+        walls.append((time.perf_counter() - t0) * 1e3)
+        cpus.append((time.process_time() - c0) * 1e3)
+    return statistics.median(walls), statistics.median(cpus)
 
 
 def _widest_view(t: torch.Tensor) -> torch.Tensor:
@@ -187,6 +196,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--hot", action="store_true",
                    help="reuse ONE weight copy instead of rotating copies past the LLC (as llama.cpp's "
                         "test-backend-ops perf does): weights that fit are read from the LLC, not DRAM")
+    p.add_argument("--threads", type=int, default=0,
+                   help="torch.set_num_threads(N) for the whole run (default: torch's own setting)")
+    p.add_argument("--llama-cpp-bin", metavar="PATH",
+                   help="llama.cpp's test-backend-ops binary: times ggml's MUL_MAT (fp32 x) at the same "
+                        "formats, shapes and M in this run (GGUF formats only) for the llama.cpp column")
+    p.add_argument("--ggml-mul-mat-op", type=int, default=None,
+                   help="GGML_OP_MUL_MAT's number in enum ggml_op (default: read from the ggml.h of the "
+                        "llama.cpp tree --llama-cpp-bin was built in)")
     p.add_argument("--json", metavar="PATH", help="also write the rows as JSON")
     p.add_argument("--seed", type=int, default=0)
     return p
@@ -230,11 +247,11 @@ def bench_one(fmt: str, g: int, N: int, K: int, Ms: list[int], args, device: tor
         ref = x.double() @ W.T
         xd = x.to(device)
         reps = _reps_for(M, args.reps)
-        deq_ms = dense_ms = None
+        deq_ms = dense_ms = dense_cpu = None
         if not args.no_baseline:
             deq_ms = median_ms(lambda i: xd @ dequantize(qts[i % copies]).to(dtype).T,
                                min(reps, 3), device)
-            dense_ms = median_ms(lambda i: xd @ dense_copies[i % len(dense_copies)].T, reps, device)
+            dense_ms, dense_cpu = median_wall_cpu_ms(lambda i: xd @ dense_copies[i % len(dense_copies)].T, reps, device)
         f16_ms = mlx_ms = mlx_g = None
         if device.type == "mps" and not args.no_baseline:
             mlx_g = g if fmt == "mlx4" else MLX4_DEFAULT_GROUP
@@ -247,11 +264,11 @@ def bench_one(fmt: str, g: int, N: int, K: int, Ms: list[int], args, device: tor
         for path in paths:
             y = ops.gemm(xd, qts[0], path=path).double().cpu()
             err = ((y - ref).abs().max() / ref.abs().max().clamp_min(1e-30)).item()
-            ms = median_ms(lambda i: ops.gemm(xd, qts[i % copies], path=path), reps, device)
-            llama = LLAMA_CPP_MS.get(fmt, {}).get(M) if (N, K) == (4096, 4096) else None
+            ms, cpu_ms = median_wall_cpu_ms(lambda i: ops.gemm(xd, qts[i % copies], path=path), reps, device)
+            llama = getattr(args, "llama_ms", {}).get((fmt, N, K, M)) if path == paths[0] else None
             rows.append(Row(fmt=fmt, group_size=g, path=path, N=N, K=K, M=M, dtype=str(dtype).split(".")[-1],
-                            device=str(device), ms=ms, gflops=2.0 * M * N * K / ms / 1e6, max_rel_err=err,
-                            deq_matmul_ms=deq_ms, dense_matmul_ms=dense_ms,
+                            device=str(device), ms=ms, cpu_ms=cpu_ms, gflops=2.0 * M * N * K / ms / 1e6, max_rel_err=err,
+                            deq_matmul_ms=deq_ms, dense_matmul_ms=dense_ms, dense_cpu_ms=dense_cpu,
                             speedup_vs_deq_matmul=(deq_ms / ms) if deq_ms else None,
                             llama_cpp_ms=llama, weight_copies=copies, hot=hot, read_floor_ms=floor_ms,
                             torch_f16_ms=f16_ms, mlx_ms=mlx_ms, mlx_group_size=mlx_g if mlx_ms else None))
@@ -263,14 +280,15 @@ def format_table(rows: list[Row]) -> str:
     """Markdown table of the rows (the form used in docs/perf/cpu.md)."""
     def f(v, spec):
         return "-" if v is None else format(v, spec)
-    head = ("| format | path | N x K | M | uqr ms | read floor ms | GFLOP/s | max rel err | deq+matmul ms "
-            "| x faster | dense matmul ms (x dtype) | llama.cpp ms |")
-    lines = [head, "|" + "---|" * 12]
+    head = ("| format | path | N x K | M | uqr ms | uqr cpu ms | read floor ms | GFLOP/s | max rel err | deq+matmul ms "
+            "| x faster | dense matmul ms (x dtype) | dense cpu ms | llama.cpp ms |")
+    lines = [head, "|" + "---|" * 14]
     for r in rows:
         name = f"{r.fmt}:{r.group_size}" if r.fmt == "mlx4" else r.fmt
-        lines.append(f"| {name} | {r.path} | {r.N}x{r.K} | {r.M} | {r.ms:.3f} | {f(r.read_floor_ms, '.3f')} | {r.gflops:.1f} | "
+        lines.append(f"| {name} | {r.path} | {r.N}x{r.K} | {r.M} | {r.ms:.3f} | {f(r.cpu_ms, '.3f')} | "
+                     f"{f(r.read_floor_ms, '.3f')} | {r.gflops:.1f} | "
                      f"{r.max_rel_err:.1e} | {f(r.deq_matmul_ms, '.2f')} | {f(r.speedup_vs_deq_matmul, '.1f')} | "
-                     f"{f(r.dense_matmul_ms, '.3f')} | {f(r.llama_cpp_ms, 'g')} |")
+                     f"{f(r.dense_matmul_ms, '.3f')} | {f(r.dense_cpu_ms, '.3f')} | {f(r.llama_cpp_ms, 'g')} |")
     return "\n".join(lines)
 
 
@@ -330,6 +348,19 @@ def main(argv: Optional[list[str]] = None) -> int:
     shapes = parse_shapes(args.shapes)
     fmts = parse_formats(args.formats)
     Ms = [int(m) for m in args.M.split(",")]
+    if args.threads > 0:
+        torch.set_num_threads(args.threads)
+    args.llama_ms = {}
+    if args.llama_cpp_bin:
+        if device.type != "cpu" or dtype != torch.float32:
+            raise SystemExit("--llama-cpp-bin: the llama.cpp peer is timed for --device cpu --dtype float32 only")
+        from . import llama_peer
+        cases = [(f, N, K, M) for N, K in shapes for f, _ in fmts for M in Ms]
+        try:
+            args.llama_ms = llama_peer.mul_mat_ms(args.llama_cpp_bin, cases, torch.get_num_threads(),
+                                                  op_id=args.ggml_mul_mat_op)
+        except (OSError, RuntimeError, ValueError) as e:
+            raise SystemExit(str(e))
     from tqdm import tqdm
     total = sum(len(_paths_for(f, M, device)) for f, _ in fmts for M in Ms) * len(shapes)
     rows: list[Row] = []
@@ -342,6 +373,9 @@ def main(argv: Optional[list[str]] = None) -> int:
                else f"rotated through {rows[0].weight_copies if rows else 0} copies")
     print(f"device={device} threads={torch.get_num_threads()} dtype={args.dtype} "
           f"LLC={llc_bytes() >> 20} MiB (weights {weights})")
+    if args.llama_cpp_bin:
+        print(f"llama.cpp column: {args.llama_cpp_bin} perf (ggml MUL_MAT, fp32 x, one weight buffer reused), "
+              f"GGML_TEST_THREADS={torch.get_num_threads()}")
     print(format_table(rows))
     if device.type == "mps" and not args.no_baseline:
         mlx_note = "" if any(r.mlx_ms is not None for r in rows) else " (mlx not importable: pip install mlx)"
