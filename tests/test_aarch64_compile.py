@@ -21,6 +21,8 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 from torch.utils.cpp_extension import include_paths
 
+from build_flags import load_setup
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CLANG = shutil.which("clang++")
 CHECK_TU = os.path.join(ROOT, "tests", "aarch64", "kernels_check.cpp")
@@ -48,7 +50,8 @@ def _shim(tmp_path) -> str:
 
 
 def _compile(tmp_path, source: str, extra: list[str]) -> subprocess.CompletedProcess:
-    flags = TARGET + ["-std=c++17", "-nostdinc++", "-isystem", _shim(tmp_path)]
+    # The standard setup.py builds with: torch 2.14's headers need C++20.
+    flags = TARGET + [f"-std={load_setup().cxx_standard()}", "-nostdinc++", "-isystem", _shim(tmp_path)]
     for d in _host_cxx_dirs():
         flags += ["-isystem", d]
     for d in include_paths():

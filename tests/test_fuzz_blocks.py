@@ -23,12 +23,15 @@ from gemm_helpers import FORMAT_CASES, FORMAT_IDS, uqr_formats
 
 import asan_cpu
 
+# sanitizer builds and fuzzing: minutes on the 2-core CI machine (.ci/run runs them once, not for the newest torch too)
+pytestmark = pytest.mark.slow
+
 EXTREMES = (0x00, 0x07, 0x80, 0xFF)  # nothing, low (depth, code) bits all set, sign bit, everything
 
 
 def layout(fmt: str, g: int | None) -> tuple[int, int]:
     """(elements, bytes) of one block of fmt at group size g."""
-    return format_table.spec(fmt).layout(g or 0)
+    return format_table.spec(fmt).block_geometry(g or 0)
 
 
 def fuzzed_blocks(fmt: str, g: int | None, seed: int, n_random: int = 24) -> list[bytes]:

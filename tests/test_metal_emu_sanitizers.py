@@ -14,6 +14,9 @@ from torch_uqr.backends.metal.sanitized import SanitizedRun, run_sanitized
 from torch_uqr.backends.metal.source import REPO_ROOT
 from gemm_helpers import assert_close, randn, reference, weights
 
+# sanitizer builds of the emulator: minutes on the 2-core CI machine (.ci/run runs them once, not for the newest torch too)
+pytestmark = pytest.mark.slow
+
 KERNELS = REPO_ROOT / "shaders" / "uqr_gemm_kernels.h"
 LAUNCH = REPO_ROOT / "csrc" / "mps" / "launch.h"
 TG_MEMORY = "out.threadgroup_bytes = staged > out_tile ? staged : out_tile;"

@@ -19,6 +19,9 @@ from torch_uqr.nn import QuantEmbedding, QuantLinear
 
 from tiny_gguf_models import ARCHS, NON_NATIVE, VOCAB, reference_model, write_tiny_gguf
 
+# whole-model runs: minutes on the 2-core CI machine (.ci/run runs them once, not for the newest torch too)
+pytestmark = pytest.mark.slow
+
 NATIVE_GGML = {f.upper() for f in torch_uqr.formats()}
 
 

