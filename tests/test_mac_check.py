@@ -103,7 +103,7 @@ def test_mps_peer_table() -> None:
 
 
 def test_cpu_table_is_unchanged_by_the_mps_fields() -> None:
-    """The MPS peers live in their own table: the CPU table (docs/perf/cpu.md) keeps its 14 columns."""
+    """The MPS peers live in their own table: each CPU table (docs/perf/cpu-*.md) keeps its 14 columns."""
     table = bench.format_table([make_row(device="cpu", torch_f16_ms=1.0, mlx_ms=1.0)])
     assert table.splitlines()[0].count("|") == 15
 

@@ -277,7 +277,7 @@ def bench_one(fmt: str, g: int, N: int, K: int, Ms: list[int], args, device: tor
 
 
 def format_table(rows: list[Row]) -> str:
-    """Markdown table of the rows (the form used in docs/perf/cpu.md)."""
+    """Markdown table of the rows (the form used in docs/perf/cpu-*.md)."""
     def f(v, spec):
         return "-" if v is None else format(v, spec)
     head = ("| format | path | N x K | M | uqr ms | uqr cpu ms | read floor ms | GFLOP/s | max rel err | deq+matmul ms "

@@ -14,7 +14,7 @@ was built in (found from its path: ``<src>/build/bin/test-backend-ops``), or giv
 
 Threads: stock ``test-backend-ops`` runs the CPU backend on ``hardware_concurrency / 2`` threads.
 The child gets ``GGML_TEST_THREADS`` = torch's thread count in its environment, which a build whose
-``ggml_backend_set_n_threads`` call reads that variable honours (docs/perf/cpu.md says how the
+``ggml_backend_set_n_threads`` call reads that variable honours (docs/perf/cpu-zen2.md says how the
 documented numbers were produced).
 """
 from __future__ import annotations
