@@ -12,8 +12,10 @@ import torch
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 
-FORMATS = ["q4_0", "q4_1", "q8_0", "q4_k", "mlx4", "var_affine", "exl3", "ternary"]
-# bf16 operands round every weight to 8 bits of mantissa; fp32 x runs as tf32 (10 bits).
+from torch_uqr.formats.table import NAMES as FORMATS
+
+# bf16 operands round every weight to 8 bits of mantissa; fp32 x may run as tf32 (10 bits) where
+# torch.get_float32_matmul_precision() allows it.
 TOL = {torch.bfloat16: 8e-3, torch.float16: 1.5e-3, torch.float32: 3e-3}
 
 
@@ -52,6 +54,32 @@ def test_cuda_all_m_buckets(fmt: str, dtype: torch.dtype) -> None:
         for M in (1, 5):
             x = torch.randn(2, M, K, device="cuda").to(dtype)
             _check(gemm_cuda_route(x, w, fmt, N, K, path="vec"), x.double() @ wref.t(), dtype, f"vec M={M}")
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_cuda_fp32_follows_matmul_precision(fmt: str) -> None:
+    """fp32 x is fp32-accurate under PyTorch's default precision "highest" on every kernel and M,
+    and may use tf32 under "high", as torch.matmul does."""
+    from torch_uqr.backends.cuda.dispatch import gemm_cuda_route
+    from packed_reference import random_packed, reference_dequantize
+    g = 64 if fmt == "mlx4" else 0
+    N, K = 200, 1280
+    w = random_packed(fmt, N, K, g, seed=int.from_bytes(os.urandom(3), "little"), device="cuda")
+    wref = reference_dequantize(w, fmt, N, K, g)
+    before = torch.get_float32_matmul_precision()
+    try:
+        for precision, tol in (("highest", 1e-5), ("high", 3e-3)):
+            torch.set_float32_matmul_precision(precision)
+            for M in (1, 2, 7, 33, 127, 129, 300):
+                x = torch.randn(M, K, device="cuda")
+                ref = x.double() @ wref.t()
+                for kernel in ("auto", "fused", "gemv") if M <= 9 else ("auto", "fused", "scratch"):
+                    y = gemm_cuda_route(x, w, fmt, N, K, g, kernel=kernel)
+                    assert torch.isfinite(y).all(), f"{fmt} M={M} {kernel}: unwritten outputs"
+                    err = float((y.double() - ref).norm() / ref.norm())
+                    assert err < tol, f"{fmt} M={M} {kernel} {precision}: rel err {err:.2e}"
+    finally:
+        torch.set_float32_matmul_precision(before)
 
 
 @pytest.mark.parametrize("fmt", ["q4_0", "q4_k", "var_affine", "ternary"])
