@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Check torch-uqr on a CUDA machine in one go: build the extension in place, run the CUDA tests,
 # check that argument errors raise, run compute-sanitizer (memcheck) over a small case of every
-# CUDA kernel, then the CUDA benchmark. Everything lands under $OUT (default /tmp/uqr_out):
+# CUDA kernel and over the block fuzzer, then the CUDA benchmark. Everything lands under $OUT (default /tmp/uqr_out):
 #   run.log (this script's output), build.log, gpu.json, gpu.png, table.md.
 #
 #   bash scripts/gpu_check.sh [full|quick|checks] [extra benchmark arguments...]
@@ -29,13 +29,15 @@ LOG="$OUT/run.log"
   t0=$(date +%s)
   XDIST=(); python3 -c 'import xdist' 2>/dev/null && XDIST=(-n 8)
   python3 -m pytest -q "${XDIST[@]}" tests/test_triton_cuda.py tests/test_cuda_*.py 2>&1 | tail -25
+  # NaN/Inf propagation and fuzzed blocks on the CUDA kernels (the CPU halves run in CI).
+  python3 -m pytest -q "${XDIST[@]}" tests/test_nan_inf.py tests/test_fuzz_blocks.py -k cuda 2>&1 | tail -5
   echo "tests took $(( $(date +%s) - t0 )) s"
   echo "== argument errors raise (one process each)"
   timeout 120 python3 - <<'PY'
 import subprocess, sys
 CASES = {
     "dequant_cuda, integer in message": "torch.ops.uqr._dequant_cuda(w, 'mlx4', N, K, 48, out)",
-    "dequant_cuda, string in message": "torch.ops.uqr._dequant_cuda(w, 'q5_0', N, K, 0, out)",
+    "dequant_cuda, string in message": "torch.ops.uqr._dequant_cuda(w, 'q9_9', N, K, 0, out)",
     "gemm on CPU, K=500": "torch.ops.uqr.gemm(x.cpu(), w.cpu(), 'q4_0', N, 500, 0, 0, False, 'auto')",
     "gemm on CUDA, K=500": "torch.ops.uqr.gemm(x, w, 'q4_0', N, 500, 0, 0, False, 'auto')",
 }
@@ -114,6 +116,9 @@ scratch_pipelined(torch.randn(33, 1024, device="cuda", dtype=torch.bfloat16), w,
                   torch.empty(33, 1000, device="cuda", dtype=torch.bfloat16), dequantize_cuda, 2, 2, 0.35)
 torch.cuda.synchronize(); print("sanitizer case ran")
 PY
+  echo "== compute-sanitizer (memcheck, random and mutated blocks of every format)"
+  timeout 240 compute-sanitizer --tool memcheck --print-limit 5 python3 -m pytest -q -x tests/test_fuzz_blocks.py -k cuda 2>&1 \
+    | grep -E "ERROR SUMMARY|passed|failed|Invalid" | head -5
   if [ "$MODE" = checks ]; then date -u; exit 0; fi
   echo "== benchmark ($MODE $*)"
   BARGS=(--json "$OUT/gpu.json" --plot "$OUT/gpu.png" --table "$OUT/table.md")

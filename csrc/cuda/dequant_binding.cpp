@@ -24,7 +24,7 @@ DenseType dense_type(at::ScalarType t) {
     case at::kBFloat16: return DenseType::kBF16;
     case at::kHalf: return DenseType::kF16;
     case at::kFloat: return DenseType::kF32;
-    default: UQR_CHECK(false, "uqr::_dequant_cuda: out: expected bfloat16, float16 or float32, got ", t);
+    default: UQR_CHECK_ARG(false, "uqr::_dequant_cuda: out: expected bfloat16, float16 or float32, got ", t);
   }
 }
 
@@ -34,24 +34,24 @@ void dequant_cuda_op(const at::Tensor& w, c10::string_view fmt_name, int64_t N, 
   const std::string name(fmt_name);
   check_group_size("uqr::_dequant_cuda", fmt, fmt_name, group_size);
   const int elems = block_elems(fmt, group_size);
-  UQR_CHECK(N >= 1 && N <= INT32_MAX, "uqr::_dequant_cuda: N: expected 1..2^31-1, got ", N);
-  UQR_CHECK(K >= 1 && K % elems == 0 && K <= dequant_max_k(), "uqr::_dequant_cuda: K: expected a positive multiple of ",
+  UQR_CHECK_ARG(N >= 1 && N <= INT32_MAX, "uqr::_dequant_cuda: N: expected 1..2^31-1, got ", N);
+  UQR_CHECK_ARG(K >= 1 && K % elems == 0 && K <= dequant_max_k(), "uqr::_dequant_cuda: K: expected a positive multiple of ",
             name, "'s block of ", elems, " up to ", dequant_max_k(), ", got ", K);
   const int64_t row_bytes = K / elems * block_bytes(fmt, group_size);
-  UQR_CHECK(w.is_cuda(), "uqr::_dequant_cuda: w: expected a CUDA tensor, got ", w.device());
-  UQR_CHECK(w.scalar_type() == at::kByte && w.dim() == 2 && w.size(0) == N && w.size(1) == row_bytes,
+  UQR_CHECK_ARG(w.is_cuda(), "uqr::_dequant_cuda: w: expected a CUDA tensor, got ", w.device());
+  UQR_CHECK_ARG(w.scalar_type() == at::kByte && w.dim() == 2 && w.size(0) == N && w.size(1) == row_bytes,
             "uqr::_dequant_cuda: w: expected uint8 [", N, ", ", row_bytes, "] for ", name, " with K=", K, ", got ",
             w.scalar_type(), " ", w.sizes());
-  UQR_CHECK(w.stride(1) == 1 && (N == 1 || w.stride(0) >= row_bytes),
+  UQR_CHECK_ARG(w.stride(1) == 1 && (N == 1 || w.stride(0) >= row_bytes),
             "uqr::_dequant_cuda: w: expected unit stride along bytes and non-overlapping rows, got strides ",
             w.strides());
   const DenseType type = dense_type(out.scalar_type());
-  UQR_CHECK(out.device() == w.device(), "uqr::_dequant_cuda: out: expected on w's device ", w.device(), ", got ",
+  UQR_CHECK_ARG(out.device() == w.device(), "uqr::_dequant_cuda: out: expected on w's device ", w.device(), ", got ",
             out.device());
-  UQR_CHECK(out.dim() == 2 && out.size(0) == N && out.size(1) == K && out.is_contiguous(),
+  UQR_CHECK_ARG(out.dim() == 2 && out.size(0) == N && out.size(1) == K && out.is_contiguous(),
             "uqr::_dequant_cuda: out: expected a contiguous [", N, ", ", K, "] tensor, got ", out.sizes(),
             " strides ", out.strides());
-  UQR_CHECK(reinterpret_cast<uintptr_t>(out.data_ptr()) % 16 == 0,
+  UQR_CHECK_ARG(reinterpret_cast<uintptr_t>(out.data_ptr()) % 16 == 0,
             "uqr::_dequant_cuda: out: expected a 16-byte aligned data pointer (its rows are written 16 bytes at a time)");
   const c10::cuda::CUDAGuard guard(w.device());
   const cudaError_t err = dequant_cuda(w.data_ptr<uint8_t>(), w.stride(0), fmt, static_cast<int>(group_size), N, K,
