@@ -90,9 +90,10 @@ def quantize(w: torch.Tensor, group_size: int = 0, *, search: bool = False) -> t
     """ggml's reference quantizer (``quantize_row_q4_K_ref``), byte for byte.
 
     ``search=True`` instead fits each sub-block's scale and min by our own least-squares ladder
-    (:func:`fit_affine`) and codes them against fp16 ``d``/``dmin``: on Gaussian 4096 x 4096
-    weights its rms error is SEARCH_GAIN lower than the reference's (not byte-compatible with
-    llama.cpp's own quantizer, but the same format).
+    (:func:`fit_affine`) and codes them against fp16 ``d``/``dmin``: same format, other bytes, and
+    barely better: on 1024 x 4096 weights its relative rms error is 0.12% lower than the
+    reference's on Gaussian ones (0.07130 vs 0.07138) and 0.15% lower on Student-t(3) ones
+    (0.09237 vs 0.09250).
     """
     if search:
         return _quantize_search(w)
