@@ -93,7 +93,7 @@ ERROR_CASES = [
     ("w_short_rows", lambda w, o: (w[:, :-18], "q4_0", 8, 512, 0, o), "w: expected uint8"),
     ("K_not_blocks", lambda w, o: (w, "q4_0", 8, 528, 0, o), "K: expected a positive multiple"),
     ("N_zero", lambda w, o: (w, "q4_0", 0, 512, 0, o), "N: expected"),
-    ("unknown_fmt", lambda w, o: (w, "q5_0", 8, 512, 0, o), "unknown format"),
+    ("unknown_fmt", lambda w, o: (w, "q3_k", 8, 512, 0, o), "unknown format"),
     ("group_on_fixed_block", lambda w, o: (w, "q4_0", 8, 512, 64, o), "group_size"),
     ("mlx4_group_48", lambda w, o: (w, "mlx4", 8, 512, 48, o), "group_size: mlx4"),
     ("w_byte_stride_2", lambda w, o: (torch.empty(8, 576, dtype=torch.uint8, device="cuda")[:, ::2], "q4_0", 8, 512,

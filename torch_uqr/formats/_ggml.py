@@ -31,7 +31,9 @@ def sliced(groups: torch.Tensor, search: Callable[[np.ndarray], tuple]) -> tuple
     """Run ``search`` on element-major float32 slices of ``groups`` ``[n, E]`` and join its
     results: ``[n]`` arrays and ``[E, n]`` arrays, both along their last axis, as CPU tensors."""
     x = groups.detach().to("cpu", torch.float32).numpy()
-    parts = [search(np.ascontiguousarray(x[i:i + _SLICE].T)) for i in range(0, x.shape[0], _SLICE)]
+    # Weights too large for fp16 overflow here as in C; the caller's fp16 check reports them.
+    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+        parts = [search(np.ascontiguousarray(x[i:i + _SLICE].T)) for i in range(0, x.shape[0], _SLICE)]
     return tuple(torch.from_numpy(np.concatenate(p, axis=-1)) for p in zip(*parts))
 
 
@@ -79,18 +81,17 @@ def make_qx_quants(x: np.ndarray, nmax: int) -> tuple[np.ndarray, np.ndarray]:
     iscale = f32(-nmax) / vmax
     best_iscale = iscale
     sumlx, suml2 = fit(iscale)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        scale = np.where(suml2 != 0, sumlx / suml2, f32(0))
-        best = scale * sumlx
-        for step in range(-9, 10):
-            if step == 0:
-                continue
-            cand = -(f32(nmax) + f32(0.1) * f32(step)) / vmax
-            sumlx, suml2 = fit(cand)
-            better = (suml2 > 0) & (sumlx * sumlx > best * suml2)
-            scale = np.where(better, sumlx / suml2, scale)
-            best = np.where(better, scale * sumlx, best)
-            best_iscale = np.where(better, cand, best_iscale)
+    scale = np.where(suml2 != 0, sumlx / suml2, f32(0))
+    best = scale * sumlx
+    for step in range(-9, 10):
+        if step == 0:
+            continue
+        cand = -(f32(nmax) + f32(0.1) * f32(step)) / vmax
+        sumlx, suml2 = fit(cand)
+        better = (suml2 > 0) & (sumlx * sumlx > best * suml2)
+        scale = np.where(better, sumlx / suml2, scale)
+        best = np.where(better, scale * sumlx, best)
+        best_iscale = np.where(better, cand, best_iscale)
     codes = np.clip(np.rint(best_iscale * x), -nmax, nmax - 1).astype(np.int32) + nmax
     return np.where(zero, f32(0), scale), np.where(zero, 0, codes)
 
@@ -116,30 +117,29 @@ def make_qkx2_quants(x: np.ndarray, w: np.ndarray, nmax: int, rmin: float, rdelt
         diff = scale * q + offset - x
         return seq_sum(w * (diff * diff))
 
-    with np.errstate(divide="ignore", invalid="ignore"):
-        iscale = f32(nmax) / np.where(flat, one, hi - lo)
-        scale = one / iscale
-        q = np.clip(np.rint(iscale * (x - lo)), 0, nmax)
-        best = error(scale, lo, q)
-        for step in range(nstep + 1):
-            num = f32(f32(rmin) + f32(rdelta) * f32(step)) + f32(nmax)
-            cand = np.clip(np.rint(num / np.where(flat, one, hi - lo) * (x - lo)), 0, nmax)
-            wl = w * cand
-            sum_l = seq_sum(wl)
-            sum_l2 = seq_sum(wl * cand)
-            sum_xl = seq_sum(wl * x)
-            det = sum_w * sum_l2 - sum_l * sum_l
-            this_scale = (sum_w * sum_xl - sum_x * sum_l) / det
-            this_min = (sum_l2 * sum_x - sum_l * sum_xl) / det
-            pos = this_min > 0
-            this_min = np.where(pos, f32(0), this_min)
-            this_scale = np.where(pos, sum_xl / sum_l2, this_scale)
-            cur = error(this_scale, this_min, cand)
-            better = (det > 0) & (cur < best)
-            best = np.where(better, cur, best)
-            q = np.where(better, cand, q)
-            scale = np.where(better, this_scale, scale)
-            lo = np.where(better, this_min, lo)
+    iscale = f32(nmax) / np.where(flat, one, hi - lo)
+    scale = one / iscale
+    q = np.clip(np.rint(iscale * (x - lo)), 0, nmax)
+    best = error(scale, lo, q)
+    for step in range(nstep + 1):
+        num = f32(f32(rmin) + f32(rdelta) * f32(step)) + f32(nmax)
+        cand = np.clip(np.rint(num / np.where(flat, one, hi - lo) * (x - lo)), 0, nmax)
+        wl = w * cand
+        sum_l = seq_sum(wl)
+        sum_l2 = seq_sum(wl * cand)
+        sum_xl = seq_sum(wl * x)
+        det = sum_w * sum_l2 - sum_l * sum_l
+        this_scale = (sum_w * sum_xl - sum_x * sum_l) / det
+        this_min = (sum_l2 * sum_x - sum_l * sum_xl) / det
+        pos = this_min > 0
+        this_min = np.where(pos, f32(0), this_min)
+        this_scale = np.where(pos, sum_xl / sum_l2, this_scale)
+        cur = error(this_scale, this_min, cand)
+        better = (det > 0) & (cur < best)
+        best = np.where(better, cur, best)
+        q = np.where(better, cand, q)
+        scale = np.where(better, this_scale, scale)
+        lo = np.where(better, this_min, lo)
     q = np.where(flat, f32(0), q)
     scale = np.where(flat, f32(0), scale)
     return scale, -lo, q.astype(np.int32)
