@@ -78,6 +78,15 @@ def random_packed(fmt: str, N: int, K: int, group_size: int = 0, seed: int = 0,
         packed = (codes.reshape(N, nb, 8, 4) << (2 * torch.arange(4, device=device))).sum(-1)
         fields = [_half_bytes(shp, scale, gen, device), torch.zeros((*shp, 2), dtype=torch.uint8, device=device),
                   packed.to(torch.uint8)]
+    elif fmt in ("q5_0", "q5_1"):
+        fields = [_half_bytes(shp, scale, gen, device)]
+        fields += [_half_bytes(shp, 16 * scale, gen, device)] if fmt == "q5_1" else []
+        fields += [_rand_bytes((*shp, 20), gen, device)]
+    elif fmt == "q6_k":
+        fields = [_rand_bytes((*shp, 208), gen, device), _half_bytes(shp, scale / 256, gen, device)]
+    elif fmt == "q5_k":
+        fields = [_half_bytes(shp, scale / 128, gen, device), _half_bytes(shp, scale / 128, gen, device),
+                  _rand_bytes((*shp, 172), gen, device)]
     else:  # block_geometry already rejected unknown names
         raise AssertionError(fmt)
     data = torch.cat(fields, dim=-1)
@@ -113,7 +122,7 @@ def reference_dequantize(data: torch.Tensor, fmt: str, N: int, K: int, group_siz
         y = (q - 8) * _f16(b, 0)[..., None] if fmt == "q4_0" else q * _f16(b, 0)[..., None] + _f16(b, 2)[..., None]
     elif fmt == "q8_0":
         y = b[..., 2:34].contiguous().view(torch.int8).double() * _f16(b, 0)[..., None]
-    elif fmt == "q4_k":
+    elif fmt in ("q4_k", "q5_k"):
         s = b[..., 4:16].long()
         j = torch.arange(8, device=data.device)
         lo = j < 4
@@ -121,8 +130,22 @@ def reference_dequantize(data: torch.Tensor, fmt: str, N: int, K: int, group_siz
         sc = torch.where(lo, s[..., j] & 63, (s[..., (j + 4) % 12] & 15) | ((s[..., jm4] >> 6) << 4))
         mn = torch.where(lo, s[..., (j + 4) % 12] & 63, (s[..., (j + 4) % 12] >> 4) | ((s[..., j] >> 6) << 4))
         sub = i // 32
-        q = ((b[..., 16 + 32 * (sub // 2) + i % 32].long() >> (4 * (sub % 2))) & 15).double()
+        qs = 16 if fmt == "q4_k" else 48
+        q = ((b[..., qs + 32 * (sub // 2) + i % 32].long() >> (4 * (sub % 2))) & 15).double()
+        if fmt == "q5_k":  # bit 4 of sub-block j's element t: bit j of qh[t]
+            q = q + 16 * ((b[..., 16 + i % 32].long() >> sub) & 1).double()
         y = _f16(b, 0)[..., None] * sc[..., sub].double() * q - _f16(b, 2)[..., None] * mn[..., sub].double()
+    elif fmt in ("q5_0", "q5_1"):
+        qh = 2 if fmt == "q5_0" else 4
+        low = (b[..., qh + 4 + i % 16].long() >> (4 * (i // 16))) & 15
+        q = (low + 16 * ((b[..., qh + i // 8].long() >> (i % 8)) & 1)).double()
+        y = (q - 16) * _f16(b, 0)[..., None] if fmt == "q5_0" else q * _f16(b, 0)[..., None] + _f16(b, 2)[..., None]
+    elif fmt == "q6_k":
+        half, e = i // 128, i % 128
+        low = (b[..., 64 * half + e % 64].long() >> (4 * (e // 64))) & 15
+        high = (b[..., 128 + 32 * half + e % 32].long() >> (2 * (e // 32))) & 3
+        sc = b[..., 192:208].contiguous().view(torch.int8).double()[..., i // 16]
+        y = _f16(b, 208)[..., None] * sc * (low + 16 * high - 32).double()
     elif fmt == "mlx4":
         q = ((b[..., 4 + i // 2].long() >> (4 * (i % 2))) & 15).double()
         y = _f16(b, 0)[..., None] * q + _f16(b, 2)[..., None]

@@ -4,11 +4,14 @@ import pytest
 import torch
 
 import torch_uqr as uqr
-from torch_uqr.formats import get
+from torch_uqr.formats import get, table
 
 gguf = pytest.importorskip("gguf", reason="the gguf package is the reference for the GGUF formats")
 T = gguf.GGMLQuantizationType
-GGUF_TYPES = {"q4_0": T.Q4_0, "q4_1": T.Q4_1, "q8_0": T.Q8_0, "q4_k": T.Q4_K}
+GGUF_TYPES = {f.name: T[f.gguf_type] for f in table.TABLE if f.gguf_type}
+# Byte offsets of each GGUF format's fp16 fields (test data: where random blocks get finite scales).
+F16_FIELDS = {"q4_0": (0,), "q4_1": (0, 2), "q8_0": (0,), "q4_k": (0, 2), "q5_0": (0,), "q5_1": (0, 2),
+              "q6_k": (208,), "q5_k": (0, 2)}
 
 
 def tricky_weights(N: int, K: int, gen: torch.Generator) -> torch.Tensor:
@@ -47,11 +50,10 @@ def test_decode_equals_gguf_on_any_finite_scale_bits(fmt, gen):
     N, K = 8, 4 * get(fmt).BLOCK
     data = torch.randint(0, 256, (N * K // get(fmt).BLOCK, get(fmt).BLOCK_BYTES), generator=gen,
                          dtype=torch.uint8)
-    n_half = {"q4_0": 1, "q4_1": 2, "q8_0": 1, "q4_k": 2}[fmt]
-    for field in range(n_half):
+    for off in F16_FIELDS[fmt]:
         bits = torch.randint(0, 1 << 16, (data.shape[0],), generator=gen).to(torch.int16).view(torch.float16)
         finite = torch.where(torch.isfinite(bits), bits, torch.tensor(65504.0, dtype=torch.float16))
-        data[:, 2 * field:2 * field + 2] = finite.reshape(-1, 1).view(torch.uint8)
+        data[:, off:off + 2] = finite.reshape(-1, 1).view(torch.uint8)
     data = data.reshape(N, -1)
     ours = uqr.dequantize(uqr.QTensor.from_bytes(data, fmt, (N, K)))
     np.testing.assert_array_equal(ours.numpy(), gguf.quants.dequantize(data.numpy(), GGUF_TYPES[fmt]))
@@ -66,18 +68,44 @@ def test_decode_equals_gguf_on_quantized_data(fmt, gen):
     np.testing.assert_array_equal(uqr.dequantize(qt).numpy(),
                                   gguf.quants.dequantize(qt.data.numpy(), GGUF_TYPES[fmt]))
     # and bytes gguf made decode identically through our path
-    if fmt != "q4_k":
+    if fmt in ("q4_0", "q4_1", "q8_0", "q5_0", "q5_1"):  # the types gguf's Python can quantize
         theirs = gguf.quants.quantize(w.numpy(), GGUF_TYPES[fmt])
         ours = uqr.dequantize(uqr.QTensor.from_bytes(theirs, fmt, (N, K)))
         np.testing.assert_array_equal(ours.numpy(), gguf.quants.dequantize(theirs, GGUF_TYPES[fmt]))
 
 
-def test_q4_k_search_beats_plain_min_max(gen, rel_rms):
-    """The scale search must do better than q4_1-style min/max rounding at the same 32-groups."""
+@pytest.mark.parametrize("search", [False, True])
+def test_q4_k_search_beats_plain_min_max(gen, rel_rms, search):
+    """ggml's scale search and ours must do better than q4_1-style min/max rounding at the same 32-groups."""
     w = torch.distributions.StudentT(3.0).sample((64, 512))
-    err_k = rel_rms(uqr.dequantize(uqr.quantize(w, "q4_k")), w)
+    err_k = rel_rms(get("q4_k").decode(get("q4_k").quantize(w, search=search), 64, 512), w)
     err_1 = rel_rms(uqr.dequantize(uqr.quantize(w, "q4_1")), w)
     assert err_k < 0.97 * err_1, (err_k, err_1)
+
+
+def _rows(kind: str, N: int, K: int, gen: torch.Generator) -> torch.Tensor:
+    """Weights of one kind: Gaussian, heavy-tailed, zero, tiny (subnormal fp16 scales), huge."""
+    if kind == "t":
+        return torch.distributions.StudentT(2.0).sample((N, K)) * 0.05
+    if kind == "zero":
+        w = torch.zeros(N, K)
+        w[1, :K // 2] = torch.randn(K // 2, generator=gen)  # zero sub-blocks next to normal ones
+        return w
+    scale = {"normal": 1.0, "tiny": 1e-6, "huge": 1e4}[kind]
+    return torch.randn(N, K, generator=gen) * scale
+
+
+@pytest.mark.filterwarnings("ignore::torch_uqr.QuantizationWarning")  # the tiny rows warn on purpose
+@pytest.mark.parametrize("kind", ["normal", "t", "zero", "tiny", "huge"])
+@pytest.mark.parametrize("fmt", list(GGUF_TYPES))
+def test_quantizer_bytes_equal_ggml_reference(fmt, kind, gen):
+    """Every GGUF quantizer gives the bytes of ggml's reference quantizer (libgguf's binding of it)."""
+    libgguf = pytest.importorskip("libgguf", reason="libgguf binds ggml's reference quantizers")
+    K = 2 * get(fmt).BLOCK if get(fmt).BLOCK == 256 else 8 * get(fmt).BLOCK
+    w = _rows(kind, 6, K, gen)
+    ours = uqr.quantize(w, fmt).data.numpy()
+    theirs = np.asarray(libgguf.quantize_rows(w.numpy(), libgguf.GGMLQuantizationType[GGUF_TYPES[fmt].name]))
+    np.testing.assert_array_equal(ours, theirs.reshape(ours.shape))
 
 
 @pytest.mark.parametrize("kind", ["TQ1_0", "TQ2_0"])

@@ -35,7 +35,7 @@ def read_q8_0(b, g):
     return [v * d for v in struct.unpack_from("<32b", b, 2)]
 
 
-def read_q4_k(b, g):
+def read_q4_k(b, g, five=False):
     d, dmin = f16(b, 0), f16(b, 2)
     s = b[4:16]
     out = []
@@ -46,8 +46,42 @@ def read_q4_k(b, g):
         else:
             sc = (s[j + 4] & 15) | ((s[j - 4] >> 6) << 4)
             m = (s[j + 4] >> 4) | ((s[j] >> 6) << 4)
-        q = (b[16 + 32 * (j // 2) + l] >> (4 * (j % 2))) & 15
+        if five:  # q5_k: qh[32] before qs; bit j of qh[l] is bit 4 of sub-block j's element l
+            q = ((b[48 + 32 * (j // 2) + l] >> (4 * (j % 2))) & 15) + 16 * ((b[16 + l] >> j) & 1)
+        else:
+            q = (b[16 + 32 * (j // 2) + l] >> (4 * (j % 2))) & 15
         out.append(d * sc * q - dmin * m)
+    return out
+
+
+def read_q5_k(b, g):
+    return read_q4_k(b, g, five=True)
+
+
+def read_q5_0(b, g, qh_at=2):
+    qh = struct.unpack_from("<I", b, qh_at)[0]
+    return [((b[qh_at + 4 + j % 16] >> (4 * (j // 16))) & 15) + 16 * ((qh >> j) & 1) for j in range(32)]
+
+
+def read_q5_0_values(b, g):
+    d = f16(b, 0)
+    return [(q - 16) * d for q in read_q5_0(b, g)]
+
+
+def read_q5_1(b, g):
+    d, m = f16(b, 0), f16(b, 2)
+    return [q * d + m for q in read_q5_0(b, g, qh_at=4)]
+
+
+def read_q6_k(b, g):
+    d = f16(b, 208)
+    scales = struct.unpack_from("<16b", b, 192)
+    out = []
+    for i in range(256):
+        h, e = divmod(i, 128)
+        low = (b[64 * h + e % 64] >> (4 * (e // 64))) & 15
+        high = (b[128 + 32 * h + e % 32] >> (2 * (e // 32))) & 3
+        out.append(d * scales[i // 16] * (low + 16 * high - 32))
     return out
 
 
@@ -84,7 +118,8 @@ def read_ternary(b, g):
 
 
 READERS = {"q4_0": read_q4_0, "q4_1": read_q4_1, "q8_0": read_q8_0, "q4_k": read_q4_k,
-           "mlx4": read_mlx4, "var_affine": read_var_affine, "exl3": read_exl3, "ternary": read_ternary}
+           "mlx4": read_mlx4, "var_affine": read_var_affine, "exl3": read_exl3, "ternary": read_ternary,
+           "q5_0": read_q5_0_values, "q5_1": read_q5_1, "q6_k": read_q6_k, "q5_k": read_q5_k}
 CASES = [(f, 0) for f in NAMES if f != "mlx4"] + [("mlx4", g) for g in (32, 64, 128)]
 
 
@@ -98,8 +133,9 @@ def literal_decode(qt):
     return torch.tensor(values, dtype=torch.float64).reshape(qt.N, qt.K)
 
 
-def test_registry_lists_the_eight_formats():
-    assert uqr.formats() == ["q4_0", "q4_1", "q8_0", "q4_k", "mlx4", "var_affine", "exl3", "ternary"]
+def test_registry_lists_the_twelve_formats():
+    assert uqr.formats() == ["q4_0", "q4_1", "q8_0", "q4_k", "mlx4", "var_affine", "exl3", "ternary",
+                             "q5_0", "q5_1", "q6_k", "q5_k"]
     assert set(READERS) == set(uqr.formats())
 
 
@@ -137,7 +173,7 @@ def test_layout_properties(fmt, g):
     assert qt.group_size == g and (qt.N, qt.K) == (2, 256) and qt.K % qt.block_size == 0
     assert fmt in repr(qt)
     expected_bpw = {"q4_0": 4.5, "q4_1": 5.0, "q8_0": 8.5, "q4_k": 4.5, "var_affine": 5.0, "exl3": 4.5,
-                    "ternary": 3.0}.get(fmt, {32: 5.0, 64: 4.5, 128: 4.25}.get(g))
+                    "ternary": 3.0, "q5_0": 5.5, "q5_1": 6.0, "q6_k": 6.5625, "q5_k": 5.5}.get(fmt, {32: 5.0, 64: 4.5, 128: 4.25}.get(g))
     assert qt.bits_per_weight == expected_bpw
 
 

@@ -21,7 +21,7 @@ def _random_blocks(rng, qtype, n_rows, k):
     """Random bytes for `qtype` with every fp16 scale field set to a finite value."""
     block, size = gguf.GGML_QUANT_SIZES[qtype]
     raw = rng.integers(0, 256, size=(n_rows, k // block, size), dtype=np.uint8)
-    halves = {T.Q4_K: (0, 2), T.Q6_K: (size - 2,)}[qtype]
+    halves = {T.Q4_K: (0, 2), T.Q5_K: (0, 2), T.Q6_K: (size - 2,), T.Q3_K: (size - 2,)}[qtype]
     for off in halves:
         raw[..., off:off + 2] = np.float16(rng.uniform(0.001, 0.01, raw.shape[:2])).view(np.uint8).reshape(
             *raw.shape[:2], 2)
@@ -36,10 +36,12 @@ def write_gguf(path, seed=0):
     w.add_array("tokenizer.ggml.tokens", ["a", "b", "c"])
     floats = {}
     for name, qtype, shape in [("q40", T.Q4_0, (5, 64)), ("q41", T.Q4_1, (3, 96)), ("q80", T.Q8_0, (4, 32)),
+                               ("q50", T.Q5_0, (3, 64)), ("q51", T.Q5_1, (2, 96)),
                                ("tq1", T.TQ1_0, (3, 256)), ("tq2", T.TQ2_0, (2, 256))]:
         f = rng.standard_normal(shape).astype(np.float32)
         w.add_tensor(name, gguf.quants.quantize(f, qtype), raw_dtype=qtype)
-    for name, qtype, shape in [("q4k", T.Q4_K, (3, 256)), ("q6k", T.Q6_K, (2, 256))]:
+    for name, qtype, shape in [("q4k", T.Q4_K, (3, 256)), ("q6k", T.Q6_K, (2, 512)), ("q5k", T.Q5_K, (2, 256)),
+                               ("q3k", T.Q3_K, (2, 256))]:
         w.add_tensor(name, _random_blocks(rng, qtype, *shape), raw_dtype=qtype)
     floats["norm"] = rng.standard_normal(7).astype(np.float32)
     floats["f16"] = rng.standard_normal((3, 5)).astype(np.float16)
@@ -68,7 +70,8 @@ def test_values_match_the_gguf_package(tiny_gguf):
     path, floats = tiny_gguf
     ck = torch_uqr.load_gguf(path)
     reader = gguf.GGUFReader(str(path))
-    native = {"q40": "q4_0", "q41": "q4_1", "q80": "q8_0", "q4k": "q4_k", "tq1": "ternary", "tq2": "ternary"}
+    native = {"q40": "q4_0", "q41": "q4_1", "q80": "q8_0", "q4k": "q4_k", "q50": "q5_0", "q51": "q5_1",
+              "q6k": "q6_k", "q5k": "q5_k", "tq1": "ternary", "tq2": "ternary"}
     for t in reader.tensors:
         got = ck[t.name]
         expect = gguf.quants.dequantize(t.data, t.tensor_type)
@@ -81,7 +84,7 @@ def test_values_match_the_gguf_package(tiny_gguf):
         else:
             assert isinstance(got, torch.Tensor)
             assert np.array_equal(got.float().numpy(), expect.astype(np.float32).reshape(got.shape))
-    assert ck.dequantized == ["q6k"]  # the one non-native quantized type is listed, not silent
+    assert ck.dequantized == ["q3k"]  # the one non-native quantized type is listed, not silent
     assert ck["f16"].dtype == torch.float16 and ck["f16"].shape == (3, 5)
     assert ck.metadata["general.name"] == "tiny" and ck.metadata["tokenizer.ggml.tokens"] == ["a", "b", "c"]
     assert ck.architecture == "llama"

@@ -34,7 +34,7 @@ ARCHS = {
 }
 PACKED = ("q4_0", "q8_0", "q4_1", "q4_k")  # cycled over the linear weights, where the block fits K
 # Tensors written in a ggml type torch_uqr has no packed format for (decoded to float on load).
-NON_NATIVE = {"llama": {"blk.1.ffn_gate.weight": T.Q5_0}}
+NON_NATIVE = {"llama": {"blk.1.ffn_gate.weight": T.MXFP4}}
 
 CHAT_TEMPLATE = ("{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] "
                  "+ '<|im_end|>' + '\\n' }}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}"

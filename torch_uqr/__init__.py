@@ -1,8 +1,8 @@
 """torch-uqr: the Universal Quantization Router.
 
 One PyTorch operator, ``torch.ops.uqr.gemm``, that multiplies activations by weights stored in
-GGUF Q4_0 / Q4_1 / Q8_0 / Q4_K, MLX 4-bit affine, an EXL2-style variable-rate affine format, an
-EXL3-style codebook format or BitNet ternary, decoding the packed blocks on the fly.
+GGUF Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q8_0 / Q4_K / Q5_K / Q6_K, MLX 4-bit affine, an EXL2-style
+variable-rate affine format, an EXL3-style codebook format or BitNet ternary, decoding the packed blocks on the fly.
 """
 from .qtensor import QTensor, QuantizationWarning, formats, quantize, dequantize
 from .interop import from_mlx, to_mlx, from_bitnet, from_gguf_ternary

@@ -281,6 +281,41 @@ struct Traits<UQR_Q8_0> {
   __device__ static float2 scale(const uint8_t* blk, int) { return make_float2(half_at(blk), 0.f); }
 };
 
+// Scales of a stage row's sub-blocks js0, js0 + 1, ... within one half super-block of a k-quant
+// block (q4_k, q5_k: half d, half dmin, 12 bytes of 6-bit scales and mins, kBytes a block; the
+// caller steps by 1, 2 or 4 from a multiple of that): d, dmin and the 6-bit scale / min words are
+// read once, and each sub-block's pair is two byte extracts and two multiplies.
+template <int kBytes>
+struct KQuantScales {
+  float d, dmin;
+  uint32_t sc, mn;
+  int sh;
+  __device__ KQuantScales(const uint8_t* row, int js0) : sh(8 * (js0 & 3)) {
+    const uint8_t* blk = row + (js0 / 8) * kBytes;
+    const uint32_t dd = u32_at4(blk);
+    d = __half2float(__ushort_as_half(static_cast<unsigned short>(dd & 0xFFFFu)));
+    dmin = __half2float(__ushort_as_half(static_cast<unsigned short>(dd >> 16)));
+    uqr_q4_k_scale_min_words(u32_at4(blk + 4), u32_at4(blk + 8), u32_at4(blk + 12), (js0 % 8) >= 4, sc, mn);
+  }
+  __device__ float2 at(int u) const {
+    return make_float2(d * static_cast<float>((sc >> (sh + 8 * u)) & 0xFFu),
+                       -dmin * static_cast<float>((mn >> (sh + 8 * u)) & 0xFFu));
+  }
+};
+
+// q4_k / q5_k code nibbles: qs[32 (s/2) + i] holds sub-block s's element i in the low (s even) or
+// high (s odd) nibble.
+template <typename T>
+__device__ __forceinline__ void k_quant_nibbles(const uint8_t* qs_all, int s, int c, uint32_t (&r)[4]) {
+  const uint8_t* qs = qs_all + 32 * (s >> 1);
+  const int sh = (s & 1) * 4;
+  const uint32_t w0 = u32_at4(qs + 4 * c), w1 = u32_at4(qs + 16 + 4 * c);
+  r[0] = code_pair<T>(w0, sh);
+  r[1] = code_pair<T>(w0, sh + 8);
+  r[2] = code_pair<T>(w1, sh);
+  r[3] = code_pair<T>(w1, sh + 8);
+}
+
 template <>
 struct Traits<UQR_Q4_K> {
   static constexpr int kElems = 256, kSubs = 8;
@@ -288,35 +323,107 @@ struct Traits<UQR_Q4_K> {
   static constexpr int kBytes = UQR_Q4_K_BYTES;
   template <typename T>
   __device__ static void codes(const uint8_t* blk, int, int s, int c, uint32_t (&r)[4]) {
-    // qs[32 (s/2) + i]: sub-block s's element i in the low (s even) or high (s odd) nibble.
-    const uint8_t* qs = blk + 16 + 32 * (s >> 1);
-    const int sh = (s & 1) * 4;
-    const uint32_t w0 = u32_at4(qs + 4 * c), w1 = u32_at4(qs + 16 + 4 * c);
-    r[0] = code_pair<T>(w0, sh);
-    r[1] = code_pair<T>(w0, sh + 8);
-    r[2] = code_pair<T>(w1, sh);
-    r[3] = code_pair<T>(w1, sh + 8);
+    k_quant_nibbles<T>(blk + 16, s, c, r);
   }
-  // Scales of a stage row's sub-blocks js0, js0 + 1, ... within one half super-block (the caller
-  // steps by 1, 2 or 4 from a multiple of that): d, dmin and the 6-bit scale / min words are read
-  // once, and each sub-block's pair is two byte extracts and two multiplies.
-  struct WordScales {
-    float d, dmin;
-    uint32_t sc, mn;
-    int sh;
-    __device__ WordScales(const uint8_t* row, int js0) : sh(8 * (js0 & 3)) {
-      const uint8_t* blk = row + (js0 / kSubs) * kBytes;
-      const uint32_t dd = u32_at4(blk);
-      d = __half2float(__ushort_as_half(static_cast<unsigned short>(dd & 0xFFFFu)));
-      dmin = __half2float(__ushort_as_half(static_cast<unsigned short>(dd >> 16)));
-      uqr_q4_k_scale_min_words(u32_at4(blk + 4), u32_at4(blk + 8), u32_at4(blk + 12), (js0 % kSubs) >= 4, sc, mn);
-    }
-    __device__ float2 at(int u) const {
-      return make_float2(d * static_cast<float>((sc >> (sh + 8 * u)) & 0xFFu),
-                         -dmin * static_cast<float>((mn >> (sh + 8 * u)) & 0xFFu));
-    }
-  };
+  using WordScales = KQuantScales<kBytes>;
   using Scales = WordScales;
+};
+
+// Bit 4 of 5-bit codes, ORed into code pairs (B + q keeps bit 4 of its 16-bit half free for q < 32):
+// lo4 / hi4 hold the high bits of a k-step's elements e..e+3 in bits 0..3 (q5_0, q5_1) or in bit 0
+// of bytes 0..3 (q5_k, byte_wise). Pair (e, e + 2) -> bits 4 and 20; pair (e + 1, e + 3) likewise.
+template <bool kByteWise>
+__device__ __forceinline__ void or_bit4(uint32_t lo4, uint32_t hi4, uint32_t (&r)[4]) {
+  auto even = [](uint32_t v) { return kByteWise ? (v << 4) & 0x00100010u : ((v << 4) & 0x10u) | ((v << 18) & 0x100000u); };
+  auto odd = [](uint32_t v) { return kByteWise ? (v >> 4) & 0x00100010u : ((v << 3) & 0x10u) | ((v << 17) & 0x100000u); };
+  r[0] |= even(lo4);
+  r[1] |= odd(lo4);
+  r[2] |= even(hi4);
+  r[3] |= odd(hi4);
+}
+
+// q5_0: q4_0's nibbles (qs at 6) plus bit 4 of element e in bit e of the word qh (at 2); the codes
+// carry the -16 (minus_code). Offsets 2 and 6 in a 22-byte block are word-aligned for odd blocks.
+template <>
+struct Traits<UQR_Q5_0> {
+  static constexpr int kElems = 32, kSubs = 1;
+  static constexpr bool kOffset = false, kWideX = false;
+  static constexpr int kBytes = UQR_Q5_0_BYTES;
+  using Scales = BlockScales<Traits>;
+  template <typename T>
+  __device__ static void codes(const uint8_t* blk, int j, int, int c, uint32_t (&r)[4]) {
+    gguf_nibbles<T>(u32_in_block(blk + UQR_Q5_0_QS + 4 * c, j), r);
+    const uint32_t qh = u32_in_block(blk + UQR_Q5_0_QH, j);
+    or_bit4<false>(qh >> (4 * c), qh >> (16 + 4 * c), r);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) r[i] = minus_code<T>(r[i], 16);
+  }
+  __device__ static float2 scale(const uint8_t* blk, int) { return make_float2(half_at(blk), 0.f); }
+};
+
+// q5_1: as q5_0 with w = d q + m (24-byte blocks: every field word-aligned).
+template <>
+struct Traits<UQR_Q5_1> {
+  static constexpr int kElems = 32, kSubs = 1;
+  static constexpr bool kOffset = true, kWideX = false;
+  static constexpr int kBytes = UQR_Q5_1_BYTES;
+  using Scales = BlockScales<Traits>;
+  template <typename T>
+  __device__ static void codes(const uint8_t* blk, int, int, int c, uint32_t (&r)[4]) {
+    gguf_nibbles<T>(u32_at4(blk + UQR_Q5_1_QS + 4 * c), r);
+    const uint32_t qh = u32_at4(blk + UQR_Q5_1_QH);
+    or_bit4<false>(qh >> (4 * c), qh >> (16 + 4 * c), r);
+  }
+  __device__ static float2 scale(const uint8_t* blk, int) { return make_float2(half_at(blk), half_at(blk + 2)); }
+};
+
+// q5_k: q4_k's codes (qs at 48) and scales, plus bit 4 of sub-block s's element i in bit s of qh[i].
+template <>
+struct Traits<UQR_Q5_K> {
+  static constexpr int kElems = 256, kSubs = 8;
+  static constexpr bool kOffset = true, kWideX = false;
+  static constexpr int kBytes = UQR_Q5_K_BYTES;
+  template <typename T>
+  __device__ static void codes(const uint8_t* blk, int, int s, int c, uint32_t (&r)[4]) {
+    k_quant_nibbles<T>(blk + UQR_Q5_K_QS, s, c, r);
+    const uint8_t* qh = blk + UQR_Q5_K_QH;
+    or_bit4<true>(u32_at4(qh + 4 * c) >> s, u32_at4(qh + 16 + 4 * c) >> s, r);
+  }
+  using Scales = KQuantScales<kBytes>;
+};
+
+// q6_k: 16-element sub-blocks with their own int8 scales, so a 32-element step has two scales and
+// is not w = a q + b: codes() returns the weights (d scale) (q - 32) in T (exact in fp32, rounded
+// once to T, as exl3; kPrescaled), one scale per k-step. Half h = s / 4 of the block: k-step kk of
+// lane c has elements e = 32 (s % 4) + 16 kk + 4 c .. + 3 of the half, low nibbles at
+// ql[64 h + e % 64] (high nibble for e >= 64), top 2 bits at bits 2 (s % 4) of qh[32 h + e % 32].
+// 210-byte blocks are only 2-byte aligned: words are read as two halves.
+template <>
+struct Traits<UQR_Q6_K> {
+  static constexpr int kElems = 256, kSubs = 8;
+  static constexpr bool kOffset = false, kWideX = false, kPrescaled = true;
+  static constexpr int kBytes = UQR_Q6_K_BYTES;
+  using Scales = BlockScales<Traits>;
+  template <typename T>
+  __device__ static void codes(const uint8_t* blk, int, int s, int c, uint32_t (&r)[4]) {
+    const int h = s >> 2, k = s & 3;
+    const float d = half_at(blk + UQR_Q6_K_D);
+#pragma unroll
+    for (int kk = 0; kk < 2; ++kk) {
+      const uint32_t lo = u32_at2(blk + 64 * h + 32 * (k & 1) + 16 * kk + 4 * c) >> (4 * (k >> 1));
+      const uint32_t hi = u32_at2(blk + UQR_Q6_K_QH + 32 * h + 16 * kk + 4 * c) >> (2 * k);
+      const float a = d * static_cast<float>(static_cast<int8_t>(blk[UQR_Q6_K_SCALES + 2 * s + kk]));
+      float v[4];
+#pragma unroll
+      for (int t = 0; t < 4; ++t) {
+        const int q = static_cast<int>(((lo >> (8 * t)) & 15u) | (((hi >> (8 * t)) & 3u) << 4));
+        v[t] = a * static_cast<float>(q - 32);
+      }
+      r[2 * kk] = pack_pair<T>(v[0], v[2]);
+      r[2 * kk + 1] = pack_pair<T>(v[1], v[3]);
+    }
+  }
+  __device__ static float2 scale(const uint8_t*, int) { return make_float2(1.f, 0.f); }
 };
 
 // mlx4 with its group size as a template argument (32, 64, 128).

@@ -93,6 +93,10 @@ TABLE: tuple[FormatSpec, ...] = (
     FormatSpec("exl3", 6, 256, 144, "EXL3-style codebook", extra_paths=_INT8),
     FormatSpec("ternary", 7, 32, 12, "BitNet b1.58 ternary",
                extra_paths={"vec": ("cpu", "cuda", "metal"), "int8": ("cpu", "cuda")}),
+    FormatSpec("q5_0", 8, 32, 22, "GGUF Q5_0", gguf_type="Q5_0"),
+    FormatSpec("q5_1", 9, 32, 24, "GGUF Q5_1", gguf_type="Q5_1"),
+    FormatSpec("q6_k", 10, 256, 210, "GGUF Q6_K", gguf_type="Q6_K"),
+    FormatSpec("q5_k", 11, 256, 176, "GGUF Q5_K", gguf_type="Q5_K"),
 )
 
 BY_NAME: dict[str, FormatSpec] = {f.name: f for f in TABLE}

@@ -1,7 +1,7 @@
 """Load a GGUF file keeping its quantized blocks as they are.
 
-Q4_0 / Q4_1 / Q8_0 / Q4_K tensors become QTensors over the file's own bytes (our formats are
-byte-identical to ggml's), TQ1_0 / TQ2_0 become ``ternary`` QTensors, float and integer tensors
+Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q8_0 / Q4_K / Q5_K / Q6_K tensors become QTensors over the file's own
+bytes (our formats are byte-identical to ggml's), TQ1_0 / TQ2_0 become ``ternary`` QTensors, float and integer tensors
 keep their dtype (F32/F16/BF16/F64, I8/I16/I32/I64), and any other ggml type that the ``gguf``
 package can decode is dequantized to float32 (listed in ``GGUFCheckpoint.dequantized`` so it is
 never silent). A type nothing here can read raises ``ValueError`` naming the tensor and the type.

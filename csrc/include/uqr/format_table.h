@@ -12,7 +12,11 @@ enum uqr_format {
   UQR_VAR_AFFINE = 5,
   UQR_EXL3 = 6,
   UQR_TERNARY = 7,
-  UQR_NUM_FORMATS = 8
+  UQR_Q5_0 = 8,
+  UQR_Q5_1 = 9,
+  UQR_Q6_K = 10,
+  UQR_Q5_K = 11,
+  UQR_NUM_FORMATS = 12
 };
 
 // Elements and bytes per block (a grouped format: at its default group size).
@@ -32,10 +36,18 @@ enum uqr_format {
 #define UQR_EXL3_BYTES 144
 #define UQR_TERNARY_BLOCK 32
 #define UQR_TERNARY_BYTES 12
+#define UQR_Q5_0_BLOCK 32
+#define UQR_Q5_0_BYTES 22
+#define UQR_Q5_1_BLOCK 32
+#define UQR_Q5_1_BYTES 24
+#define UQR_Q6_K_BLOCK 256
+#define UQR_Q6_K_BYTES 210
+#define UQR_Q5_K_BLOCK 256
+#define UQR_Q5_K_BYTES 176
 
 // Elements and bytes of one block of `fmt` (g: a grouped format's group size; 0 if unknown).
-UQR_FN constexpr int uqr_block_elems(int fmt, int g) { return fmt == UQR_Q4_0 ? 32 : fmt == UQR_Q4_1 ? 32 : fmt == UQR_Q8_0 ? 32 : fmt == UQR_Q4_K ? 256 : fmt == UQR_MLX4 ? g : fmt == UQR_VAR_AFFINE ? 256 : fmt == UQR_EXL3 ? 256 : fmt == UQR_TERNARY ? 32 : 0; }
-UQR_FN constexpr int uqr_block_bytes(int fmt, int g) { return fmt == UQR_Q4_0 ? 18 : fmt == UQR_Q4_1 ? 20 : fmt == UQR_Q8_0 ? 34 : fmt == UQR_Q4_K ? 144 : fmt == UQR_MLX4 ? 4 + g * 4 / 8 : fmt == UQR_VAR_AFFINE ? 160 : fmt == UQR_EXL3 ? 144 : fmt == UQR_TERNARY ? 12 : 0; }
+UQR_FN constexpr int uqr_block_elems(int fmt, int g) { return fmt == UQR_Q4_0 ? 32 : fmt == UQR_Q4_1 ? 32 : fmt == UQR_Q8_0 ? 32 : fmt == UQR_Q4_K ? 256 : fmt == UQR_MLX4 ? g : fmt == UQR_VAR_AFFINE ? 256 : fmt == UQR_EXL3 ? 256 : fmt == UQR_TERNARY ? 32 : fmt == UQR_Q5_0 ? 32 : fmt == UQR_Q5_1 ? 32 : fmt == UQR_Q6_K ? 256 : fmt == UQR_Q5_K ? 256 : 0; }
+UQR_FN constexpr int uqr_block_bytes(int fmt, int g) { return fmt == UQR_Q4_0 ? 18 : fmt == UQR_Q4_1 ? 20 : fmt == UQR_Q8_0 ? 34 : fmt == UQR_Q4_K ? 144 : fmt == UQR_MLX4 ? 4 + g * 4 / 8 : fmt == UQR_VAR_AFFINE ? 160 : fmt == UQR_EXL3 ? 144 : fmt == UQR_TERNARY ? 12 : fmt == UQR_Q5_0 ? 22 : fmt == UQR_Q5_1 ? 24 : fmt == UQR_Q6_K ? 210 : fmt == UQR_Q5_K ? 176 : 0; }
 
 // X(ENUM, "name") for every format, in id order.
 #define UQR_FORMAT_LIST(X) \
@@ -47,6 +59,10 @@ UQR_FN constexpr int uqr_block_bytes(int fmt, int g) { return fmt == UQR_Q4_0 ? 
   X(UQR_VAR_AFFINE, "var_affine") \
   X(UQR_EXL3, "exl3") \
   X(UQR_TERNARY, "ternary") \
+  X(UQR_Q5_0, "q5_0") \
+  X(UQR_Q5_1, "q5_1") \
+  X(UQR_Q6_K, "q6_k") \
+  X(UQR_Q5_K, "q5_k") \
 
 // X(ENUM, "name") for the formats with a fixed block (no group size): the switches that
 // instantiate a kernel per format expand this list, so they name only grouped formats.
@@ -58,8 +74,12 @@ UQR_FN constexpr int uqr_block_bytes(int fmt, int g) { return fmt == UQR_Q4_0 ? 
   X(UQR_VAR_AFFINE, "var_affine") \
   X(UQR_EXL3, "exl3") \
   X(UQR_TERNARY, "ternary") \
+  X(UQR_Q5_0, "q5_0") \
+  X(UQR_Q5_1, "q5_1") \
+  X(UQR_Q6_K, "q6_k") \
+  X(UQR_Q5_K, "q5_k") \
 
-#define UQR_FORMAT_NAMES "'q4_0', 'q4_1', 'q8_0', 'q4_k', 'mlx4', 'var_affine', 'exl3', 'ternary'"
+#define UQR_FORMAT_NAMES "'q4_0', 'q4_1', 'q8_0', 'q4_k', 'mlx4', 'var_affine', 'exl3', 'ternary', 'q5_0', 'q5_1', 'q6_k', 'q5_k'"
 
 // Formats with path "vec" on cpu: X(ENUM, "name").
 #define UQR_VEC_CPU_LIST(X) \

@@ -26,6 +26,15 @@
 #define UQR_EXL3_CODEBOOK 20
 #define UQR_EXL3_PAD 36
 #define UQR_EXL3_QS 48
+#define UQR_Q5_0_QH 2
+#define UQR_Q5_0_QS 6
+#define UQR_Q5_1_QH 4
+#define UQR_Q5_1_QS 8
+#define UQR_Q6_K_QH 128
+#define UQR_Q6_K_SCALES 192
+#define UQR_Q6_K_D 208
+#define UQR_Q5_K_QH 16
+#define UQR_Q5_K_QS 48
 
 // q4_0: y[j] = ((qs[j] & 15) - 8) d, y[j+16] = ((qs[j] >> 4) - 8) d.
 UQR_FN void uqr_decode8_q4_0(const UQR_GLOBAL uqr_u8* blk, int chunk, UQR_THREAD float* out) {
@@ -202,6 +211,57 @@ UQR_FN void uqr_decode8_ternary(const UQR_GLOBAL uqr_u8* blk, int chunk, UQR_THR
   for (int i = 0; i < 8; ++i) out[i] = (float)uqr_ternary_trit(blk, 8 * chunk + i) * d;
 }
 
+// q5_0 / q5_1: 5-bit codes, the low 4 bits as q4_0's nibbles (qs[j]: element j low, j+16 high),
+// bit 4 of element e in bit e of the 32-bit little-endian qh, so chunk c's 8 high bits are qh
+// byte c. q5_0: y = (q - 16) d; q5_1: y = q d + m.
+UQR_FN int uqr_q5_code(const UQR_GLOBAL uqr_u8* qh, const UQR_GLOBAL uqr_u8* qs, int chunk, int i) {
+  return (int)((qs[8 * (chunk & 1) + i] >> ((chunk >> 1) * 4)) & 15) | (int)(((qh[chunk] >> i) & 1) << 4);
+}
+
+UQR_FN void uqr_decode8_q5_0(const UQR_GLOBAL uqr_u8* blk, int chunk, UQR_THREAD float* out) {
+  float d = uqr_load_half(blk);
+  for (int i = 0; i < 8; ++i)
+    out[i] = (float)(uqr_q5_code(blk + UQR_Q5_0_QH, blk + UQR_Q5_0_QS, chunk, i) - 16) * d;
+}
+
+UQR_FN void uqr_decode8_q5_1(const UQR_GLOBAL uqr_u8* blk, int chunk, UQR_THREAD float* out) {
+  float d = uqr_load_half(blk), m = uqr_load_half(blk + 2);
+  for (int i = 0; i < 8; ++i) out[i] = (float)uqr_q5_code(blk + UQR_Q5_1_QH, blk + UQR_Q5_1_QS, chunk, i) * d + m;
+}
+
+// q6_k: 16 sub-blocks of 16 with int8 scales; y = (d scales[e / 16]) (q - 32), 6-bit q. Half h
+// (elements 128h..) has ql[64h..64h+63] and qh[32h..32h+31]: element 128h + e takes its low 4
+// bits from ql[64h + e % 64] (high nibble for e >= 64) and its top 2 from bits 2 (e / 32) of
+// qh[32h + e % 32]. A chunk (8 elements) lies in one sub-block, one nibble and one 2-bit pair.
+UQR_FN void uqr_decode8_q6_k(const UQR_GLOBAL uqr_u8* blk, int chunk, UQR_THREAD float* out) {
+  int h = chunk >> 4, e = 8 * (chunk & 15);
+  const UQR_GLOBAL uqr_u8* ql = blk + 64 * h + (e & 63);
+  const UQR_GLOBAL uqr_u8* qh = blk + UQR_Q6_K_QH + 32 * h + (e & 31);
+  int lo_shift = (e >> 6) * 4, hi_shift = 2 * (e >> 5);
+  float scale = uqr_load_half(blk + UQR_Q6_K_D) * (float)(int)(uqr_i8)blk[UQR_Q6_K_SCALES + (chunk >> 1)];
+  for (int i = 0; i < 8; ++i) {
+    int q = (int)((ql[i] >> lo_shift) & 15) | (int)(((qh[i] >> hi_shift) & 3) << 4);
+    out[i] = scale * (float)(q - 32);
+  }
+}
+
+// q5_k: q4_k's block with 5-bit codes: y = d sc_j q - dmin m_j; the low 4 bits as q4_k's, bit 4
+// of sub-block j's element i is bit j of qh[i].
+UQR_FN void uqr_decode8_q5_k(const UQR_GLOBAL uqr_u8* blk, int chunk, UQR_THREAD float* out) {
+  float d = uqr_load_half(blk), dmin = uqr_load_half(blk + 2);
+  int j = chunk >> 2;
+  int sc, mn;
+  uqr_q4_k_scale_min(blk + 4, j, sc, mn);
+  float scale = d * (float)sc, offset = dmin * (float)mn;
+  const UQR_GLOBAL uqr_u8* qs = blk + UQR_Q5_K_QS + 32 * (j >> 1) + 8 * (chunk & 3);
+  const UQR_GLOBAL uqr_u8* qh = blk + UQR_Q5_K_QH + 8 * (chunk & 3);
+  int shift = (j & 1) * 4;
+  for (int i = 0; i < 8; ++i) {
+    int q = (int)((qs[i] >> shift) & 15) | (int)(((qh[i] >> j) & 1) << 4);
+    out[i] = scale * (float)q - offset;
+  }
+}
+
 // One switch for code that is generic over the format (the CPU panel decoder, the emulator's
 // loaders); hot loops instantiate per format instead so the switch is resolved at compile time.
 UQR_FN void uqr_decode8(int fmt, const UQR_GLOBAL uqr_u8* blk, int chunk, UQR_THREAD float* out) {
@@ -213,6 +273,10 @@ UQR_FN void uqr_decode8(int fmt, const UQR_GLOBAL uqr_u8* blk, int chunk, UQR_TH
     case UQR_MLX4: uqr_decode8_mlx4(blk, chunk, out); break;
     case UQR_VAR_AFFINE: uqr_decode8_var_affine(blk, chunk, out); break;
     case UQR_EXL3: uqr_decode8_exl3(blk, chunk, out); break;
+    case UQR_Q5_0: uqr_decode8_q5_0(blk, chunk, out); break;
+    case UQR_Q5_1: uqr_decode8_q5_1(blk, chunk, out); break;
+    case UQR_Q6_K: uqr_decode8_q6_k(blk, chunk, out); break;
+    case UQR_Q5_K: uqr_decode8_q5_k(blk, chunk, out); break;
     default: uqr_decode8_ternary(blk, chunk, out); break;
   }
 }
@@ -231,6 +295,10 @@ UQR_FN void uqr_decode8_fmt(const UQR_GLOBAL uqr_u8* blk, int chunk, UQR_THREAD 
   else if constexpr (FMT == UQR_MLX4) uqr_decode8_mlx4(blk, chunk, out);
   else if constexpr (FMT == UQR_VAR_AFFINE) uqr_decode8_var_affine(blk, chunk, out);
   else if constexpr (FMT == UQR_EXL3) uqr_decode8_exl3(blk, chunk, out);
+  else if constexpr (FMT == UQR_Q5_0) uqr_decode8_q5_0(blk, chunk, out);
+  else if constexpr (FMT == UQR_Q5_1) uqr_decode8_q5_1(blk, chunk, out);
+  else if constexpr (FMT == UQR_Q6_K) uqr_decode8_q6_k(blk, chunk, out);
+  else if constexpr (FMT == UQR_Q5_K) uqr_decode8_q5_k(blk, chunk, out);
   else uqr_decode8_ternary(blk, chunk, out);
 }
 #endif

@@ -33,6 +33,10 @@ MLX4: tl.constexpr = tl.constexpr(FORMAT_CODES["mlx4"])
 VAR_AFFINE: tl.constexpr = tl.constexpr(FORMAT_CODES["var_affine"])
 EXL3: tl.constexpr = tl.constexpr(FORMAT_CODES["exl3"])
 TERNARY: tl.constexpr = tl.constexpr(FORMAT_CODES["ternary"])
+Q5_0: tl.constexpr = tl.constexpr(FORMAT_CODES["q5_0"])
+Q5_1: tl.constexpr = tl.constexpr(FORMAT_CODES["q5_1"])
+Q6_K: tl.constexpr = tl.constexpr(FORMAT_CODES["q6_k"])
+Q5_K: tl.constexpr = tl.constexpr(FORMAT_CODES["q5_k"])
 
 
 @triton.jit
@@ -99,6 +103,48 @@ def _decode_q4_01(w_ptr, row_off, n_ok, s0, n_sub, ASYM: tl.constexpr, BN: tl.co
 
 
 @triton.jit
+def _decode_q5_01(w_ptr, row_off, n_ok, s0, n_sub, ASYM: tl.constexpr, BN: tl.constexpr, NS: tl.constexpr,
+                  NATURAL: tl.constexpr):
+    """q5_0 (y = (q - 16) d) and q5_1 (y = q d + m): q4_0's nibbles plus bit 4 of element e in bit e
+    of the 4 bytes qh (byte e / 8), which follow the halves."""
+    s, ok = _sub_blocks(n_ok, s0, n_sub, NS)
+    blk = w_ptr + row_off + s.to(tl.int64) * (24 if ASYM else 22)
+    qh = blk + (4 if ASYM else 2)
+    d = _f16(blk, ok)
+    j = tl.arange(0, 16)[None, None, :]
+    qs = _u8(qh + 4 + j, ok)
+    hi_lo = (_u8(qh + (j >> 3), ok) >> (j & 7)) & 1        # elements 0..15
+    hi_hi = (_u8(qh + 2 + (j >> 3), ok) >> (j & 7)) & 1    # elements 16..31
+    q_lo = (qs & 15) | (hi_lo << 4)
+    q_hi = (qs >> 4) | (hi_hi << 4)
+    if ASYM:
+        m = _f16(blk + 2, ok)
+        lo = q_lo.to(tl.float32) * d + m
+        hi = q_hi.to(tl.float32) * d + m
+    else:
+        lo = (q_lo - 16).to(tl.float32) * d
+        hi = (q_hi - 16).to(tl.float32) * d
+    if NATURAL:
+        return _join_nibbles(lo, hi, BN, NS, True), tl.arange(0, NS * 32)
+    return _join_nibbles(lo, hi, BN, NS, False), _nibble_pairs_kl(NS)
+
+
+@triton.jit
+def _decode_q6_k(w_ptr, row_off, n_ok, s0, n_sub, BN: tl.constexpr, NS: tl.constexpr):
+    """Sub-block j (32 elements) of a block: half h = j / 4, its 32 low nibbles (high for j % 4 >= 2)
+    at ql[64h + 32 (j % 2)], its 2-bit tops at bits 2 (j % 4) of qh[32h..], two int8 scales."""
+    s, ok = _sub_blocks(n_ok, s0, n_sub, NS)
+    blk = w_ptr + row_off + (s >> 3).to(tl.int64) * 210
+    j = s & 7
+    t = tl.arange(0, 32)[None, None, :]
+    lo = (_u8(blk + 64 * (j >> 2) + 32 * (j & 1) + t, ok) >> (4 * ((j >> 1) & 1))) & 15
+    hi = (_u8(blk + 128 + 32 * (j >> 2) + t, ok) >> (2 * (j & 3))) & 3
+    sc = _i8(blk + 192 + 2 * j + (t >> 4), ok).to(tl.float32)
+    w = (_f16(blk + 208, ok) * sc) * ((lo | (hi << 4)) - 32).to(tl.float32)
+    return tl.reshape(w, (BN, NS * 32)), tl.arange(0, NS * 32)
+
+
+@triton.jit
 def _decode_q8_0(w_ptr, row_off, n_ok, s0, n_sub, BN: tl.constexpr, NS: tl.constexpr):
     s, ok = _sub_blocks(n_ok, s0, n_sub, NS)
     blk = w_ptr + row_off + s.to(tl.int64) * 34
@@ -120,21 +166,30 @@ def _q4_k_scale_min(scales, j, ok):
 
 
 @triton.jit
-def _decode_q4_k(w_ptr, row_off, n_ok, s0, n_sub, BN: tl.constexpr, NS: tl.constexpr, NATURAL: tl.constexpr):
-    """Sub-blocks 2c and 2c+1 share qs[32c .. 32c+31] (low / high nibbles): decode them as pairs.
-    s0 and NS are even (configs guarantee it), so a tile never splits a pair."""
+def _decode_q4_k(w_ptr, row_off, n_ok, s0, n_sub, FIVE: tl.constexpr, BN: tl.constexpr, NS: tl.constexpr,
+                 NATURAL: tl.constexpr):
+    """q4_k and (FIVE) q5_k. Sub-blocks 2c and 2c+1 share qs[32c .. 32c+31] (low / high nibbles):
+    decode them as pairs. s0 and NS are even (configs guarantee it), so a tile never splits a pair.
+    q5_k: bit 4 of sub-block j's element t is bit j of qh[t] (32 bytes after the scales)."""
     P: tl.constexpr = NS // 2
     c = s0 // 2 + tl.arange(0, P)[None, :, None]           # global pair index
     ok = n_ok & (2 * c < n_sub)
-    blk = w_ptr + row_off + (c >> 2).to(tl.int64) * 144
+    blk = w_ptr + row_off + (c >> 2).to(tl.int64) * (176 if FIVE else 144)
     cp = c & 3
     d = _f16(blk, ok)
     dmin = _f16(blk + 2, ok)
     sc0, mn0 = _q4_k_scale_min(blk + 4, 2 * cp, ok)
     sc1, mn1 = _q4_k_scale_min(blk + 4, 2 * cp + 1, ok)
-    qs = _u8(blk + 16 + cp * 32 + tl.arange(0, 32)[None, None, :], ok)
-    lo = (d * sc0) * (qs & 15).to(tl.float32) - dmin * mn0
-    hi = (d * sc1) * (qs >> 4).to(tl.float32) - dmin * mn1
+    t = tl.arange(0, 32)[None, None, :]
+    qs = _u8(blk + (48 if FIVE else 16) + cp * 32 + t, ok)
+    q0 = qs & 15
+    q1 = qs >> 4
+    if FIVE:
+        qh = _u8(blk + 16 + t, ok)
+        q0 = q0 | (((qh >> (2 * cp)) & 1) << 4)
+        q1 = q1 | (((qh >> (2 * cp + 1)) & 1) << 4)
+    lo = (d * sc0) * q0.to(tl.float32) - dmin * mn0
+    hi = (d * sc1) * q1.to(tl.float32) - dmin * mn1
     if NATURAL:
         return _join_nibbles(lo, hi, BN, NS, True), tl.arange(0, NS * 32)
     e = tl.arange(0, NS * 32)
@@ -246,7 +301,15 @@ def decode_tile(w_ptr, row_off, n_ok, s0, n_sub, FMT: tl.constexpr, GROUP: tl.co
     elif FMT == Q8_0:
         w, kl = _decode_q8_0(w_ptr, row_off, n_ok, s0, n_sub, BN, NS)
     elif FMT == Q4_K:
-        w, kl = _decode_q4_k(w_ptr, row_off, n_ok, s0, n_sub, BN, NS, NATURAL)
+        w, kl = _decode_q4_k(w_ptr, row_off, n_ok, s0, n_sub, False, BN, NS, NATURAL)
+    elif FMT == Q5_K:
+        w, kl = _decode_q4_k(w_ptr, row_off, n_ok, s0, n_sub, True, BN, NS, NATURAL)
+    elif FMT == Q5_0:
+        w, kl = _decode_q5_01(w_ptr, row_off, n_ok, s0, n_sub, False, BN, NS, NATURAL)
+    elif FMT == Q5_1:
+        w, kl = _decode_q5_01(w_ptr, row_off, n_ok, s0, n_sub, True, BN, NS, NATURAL)
+    elif FMT == Q6_K:
+        w, kl = _decode_q6_k(w_ptr, row_off, n_ok, s0, n_sub, BN, NS)
     elif FMT == MLX4:
         w, kl = _decode_mlx4(w_ptr, row_off, n_ok, s0, n_sub, GROUP, BN, NS)
     elif FMT == VAR_AFFINE:

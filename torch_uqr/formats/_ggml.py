@@ -1,0 +1,151 @@
+"""ggml's reference quantizer searches (no importance matrix), in float32 numpy, bit for bit.
+
+The GGUF k-quants and q6_k choose their scales by small searches whose every sum is a float32
+loop in element order. To give the bytes llama.cpp's reference quantizer gives, these functions
+keep that order: groups are vectorized over, in element-major ``[E, n]`` arrays, and each sum
+over a group's E elements adds the E rows in order in float32 (:func:`seq_sum`). Every other operation is one IEEE float32 operation as in C: rounding is ``np.rint``
+(ties to even, ggml's ``nearest_int`` for the values these searches round, |v| < 2**22) and
+``num / x`` divides once (torch would multiply by a reciprocal, which rounds twice).
+The searches run on the CPU, in slices of groups that keep their temporaries in cache.
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+import numpy as np
+import torch
+
+__all__ = ["GROUP_MAX_EPS", "f32", "sliced", "rdiv", "seq_sum", "make_qx_quants", "make_qkx2_quants",
+           "k_block_weights"]
+
+#: ggml's threshold below which a group counts as all zeros.
+GROUP_MAX_EPS = np.float32(1e-15)
+_SLICE = 16384  # groups per slice
+
+
+def f32(v) -> np.float32:
+    return np.float32(v)
+
+
+def sliced(groups: torch.Tensor, search: Callable[[np.ndarray], tuple]) -> tuple[torch.Tensor, ...]:
+    """Run ``search`` on element-major float32 slices of ``groups`` ``[n, E]`` and join its
+    results: ``[n]`` arrays and ``[E, n]`` arrays, both along their last axis, as CPU tensors."""
+    x = groups.detach().to("cpu", torch.float32).numpy()
+    # Weights too large for fp16 overflow here as in C; the caller's fp16 check reports them.
+    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+        parts = [search(np.ascontiguousarray(x[i:i + _SLICE].T)) for i in range(0, x.shape[0], _SLICE)]
+    return tuple(torch.from_numpy(np.concatenate(p, axis=-1)) for p in zip(*parts))
+
+
+def rdiv(num: float, t: torch.Tensor) -> torch.Tensor:
+    """``num / t`` rounded once, as C divides (torch's ``num / t`` is ``num * (1 / t)``)."""
+    return torch.full_like(t, float(num)).div_(t)
+
+
+def seq_sum(terms: np.ndarray) -> np.ndarray:
+    """``acc = 0; for t in terms: acc += t`` in float32: the sum of ``[E, n]`` over E, in order.
+
+    numpy reduces the outer axis of a C-contiguous array row by row (one vector add per row, no
+    pairwise summation, which it uses along the contiguous axis, as it does for a single column).
+    The leading 0 only changes the sign of an all-zero sum, which + 0 reproduces.
+    """
+    if terms.shape[1] < 2:
+        acc = np.zeros(terms.shape[1:], np.float32)
+        for t in terms:
+            acc = acc + t
+        return acc
+    return np.add.reduce(np.ascontiguousarray(terms), axis=0) + f32(0)
+
+
+def make_qx_quants(x: np.ndarray, nmax: int) -> tuple[np.ndarray, np.ndarray]:
+    """Symmetric codes in [-nmax, nmax - 1] for each column of ``x`` ``[E, n]`` with weights x²
+    (ggml's ``make_qx_quants``, rmse_type 1): of the scales ``-(nmax + 0.1 i) / max``, i in
+    -9..9 (max: the element of largest magnitude, the first one on ties), the one whose
+    least-squares refit explains the most.
+
+    Returns (scale ``[n]``, codes + nmax ``[E, n]`` int32); groups with max |x| below
+    :data:`GROUP_MAX_EPS` get scale 0 and codes 0.
+    """
+    ax = np.abs(x)
+    imax = ax.argmax(0)  # the first largest |x|, as ggml's strict '>' scan
+    vmax = np.take_along_axis(x, imax[None], 0)[0]
+    zero = ax.max(0) < GROUP_MAX_EPS
+    vmax = np.where(zero, f32(1), vmax)
+    w = x * x
+    wx = w * x
+
+    def fit(iscale: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        q = np.clip(np.rint(iscale * x), -nmax, nmax - 1)
+        return seq_sum(wx * q), seq_sum(w * q * q)
+
+    iscale = f32(-nmax) / vmax
+    best_iscale = iscale
+    sumlx, suml2 = fit(iscale)
+    scale = np.where(suml2 != 0, sumlx / suml2, f32(0))
+    best = scale * sumlx
+    for step in range(-9, 10):
+        if step == 0:
+            continue
+        cand = -(f32(nmax) + f32(0.1) * f32(step)) / vmax
+        sumlx, suml2 = fit(cand)
+        better = (suml2 > 0) & (sumlx * sumlx > best * suml2)
+        scale = np.where(better, sumlx / suml2, scale)
+        best = np.where(better, scale * sumlx, best)
+        best_iscale = np.where(better, cand, best_iscale)
+    codes = np.clip(np.rint(best_iscale * x), -nmax, nmax - 1).astype(np.int32) + nmax
+    return np.where(zero, f32(0), scale), np.where(zero, 0, codes)
+
+
+def make_qkx2_quants(x: np.ndarray, w: np.ndarray, nmax: int, rmin: float, rdelta: float,
+                     nstep: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Affine codes in [0, nmax] for each column of ``x`` ``[E, n]`` under weights ``w``
+    (ggml's ``make_qkx2_quants``): min/max rounding, then nstep + 1 candidate scales
+    ``(rmin + rdelta i + nmax) / (max - min)``, each refit by weighted least squares (offset
+    kept <= 0); the one of least weighted squared error wins, and its offset moves the range
+    the later candidates are taken from, as in ggml.
+
+    Returns (scale ``[n]``, min ``[n]`` (the value subtracted, >= 0), codes ``[E, n]`` int32).
+    """
+    hi = x.max(0)
+    lo = np.minimum(x.min(0), f32(0))
+    sum_w = seq_sum(w)  # ggml starts these two from element 0, not 0: the same but for -0
+    sum_x = seq_sum(w * x)
+    flat = hi == lo
+    one = f32(1)
+
+    def error(scale: np.ndarray, offset: np.ndarray, q: np.ndarray) -> np.ndarray:
+        diff = scale * q + offset - x
+        return seq_sum(w * (diff * diff))
+
+    iscale = f32(nmax) / np.where(flat, one, hi - lo)
+    scale = one / iscale
+    q = np.clip(np.rint(iscale * (x - lo)), 0, nmax)
+    best = error(scale, lo, q)
+    for step in range(nstep + 1):
+        num = f32(f32(rmin) + f32(rdelta) * f32(step)) + f32(nmax)
+        cand = np.clip(np.rint(num / np.where(flat, one, hi - lo) * (x - lo)), 0, nmax)
+        wl = w * cand
+        sum_l = seq_sum(wl)
+        sum_l2 = seq_sum(wl * cand)
+        sum_xl = seq_sum(wl * x)
+        det = sum_w * sum_l2 - sum_l * sum_l
+        this_scale = (sum_w * sum_xl - sum_x * sum_l) / det
+        this_min = (sum_l2 * sum_x - sum_l * sum_xl) / det
+        pos = this_min > 0
+        this_min = np.where(pos, f32(0), this_min)
+        this_scale = np.where(pos, sum_xl / sum_l2, this_scale)
+        cur = error(this_scale, this_min, cand)
+        better = (det > 0) & (cur < best)
+        best = np.where(better, cur, best)
+        q = np.where(better, cand, q)
+        scale = np.where(better, this_scale, scale)
+        lo = np.where(better, this_min, lo)
+    q = np.where(flat, f32(0), q)
+    scale = np.where(flat, f32(0), scale)
+    return scale, -lo, q.astype(np.int32)
+
+
+def k_block_weights(x: np.ndarray) -> np.ndarray:
+    """ggml's q4_K / q5_K weights of a sub-block ``[E, n]``: rms of the sub-block plus |x|."""
+    av = np.sqrt(seq_sum(x * x) / f32(x.shape[0]))
+    return av + np.abs(x)
