@@ -12,7 +12,12 @@ enum uqr_format {
   UQR_VAR_AFFINE = 5,
   UQR_EXL3 = 6,
   UQR_TERNARY = 7,
-  UQR_NUM_FORMATS = 8
+  UQR_IQ4_NL = 12,
+  UQR_IQ4_XS = 13,
+  UQR_Q3_K = 14,
+  UQR_Q2_K = 15,
+  UQR_MXFP4 = 16,
+  UQR_NUM_FORMATS = 17
 };
 
 // Elements and bytes per block (a grouped format: at its default group size).
@@ -32,10 +37,20 @@ enum uqr_format {
 #define UQR_EXL3_BYTES 144
 #define UQR_TERNARY_BLOCK 32
 #define UQR_TERNARY_BYTES 12
+#define UQR_IQ4_NL_BLOCK 32
+#define UQR_IQ4_NL_BYTES 18
+#define UQR_IQ4_XS_BLOCK 256
+#define UQR_IQ4_XS_BYTES 136
+#define UQR_Q3_K_BLOCK 256
+#define UQR_Q3_K_BYTES 110
+#define UQR_Q2_K_BLOCK 256
+#define UQR_Q2_K_BYTES 84
+#define UQR_MXFP4_BLOCK 32
+#define UQR_MXFP4_BYTES 17
 
 // Elements and bytes of one block of `fmt` (g: a grouped format's group size; 0 if unknown).
-UQR_FN constexpr int uqr_block_elems(int fmt, int g) { return fmt == UQR_Q4_0 ? 32 : fmt == UQR_Q4_1 ? 32 : fmt == UQR_Q8_0 ? 32 : fmt == UQR_Q4_K ? 256 : fmt == UQR_MLX4 ? g : fmt == UQR_VAR_AFFINE ? 256 : fmt == UQR_EXL3 ? 256 : fmt == UQR_TERNARY ? 32 : 0; }
-UQR_FN constexpr int uqr_block_bytes(int fmt, int g) { return fmt == UQR_Q4_0 ? 18 : fmt == UQR_Q4_1 ? 20 : fmt == UQR_Q8_0 ? 34 : fmt == UQR_Q4_K ? 144 : fmt == UQR_MLX4 ? 4 + g * 4 / 8 : fmt == UQR_VAR_AFFINE ? 160 : fmt == UQR_EXL3 ? 144 : fmt == UQR_TERNARY ? 12 : 0; }
+UQR_FN constexpr int uqr_block_elems(int fmt, int g) { return fmt == UQR_Q4_0 ? 32 : fmt == UQR_Q4_1 ? 32 : fmt == UQR_Q8_0 ? 32 : fmt == UQR_Q4_K ? 256 : fmt == UQR_MLX4 ? g : fmt == UQR_VAR_AFFINE ? 256 : fmt == UQR_EXL3 ? 256 : fmt == UQR_TERNARY ? 32 : fmt == UQR_IQ4_NL ? 32 : fmt == UQR_IQ4_XS ? 256 : fmt == UQR_Q3_K ? 256 : fmt == UQR_Q2_K ? 256 : fmt == UQR_MXFP4 ? 32 : 0; }
+UQR_FN constexpr int uqr_block_bytes(int fmt, int g) { return fmt == UQR_Q4_0 ? 18 : fmt == UQR_Q4_1 ? 20 : fmt == UQR_Q8_0 ? 34 : fmt == UQR_Q4_K ? 144 : fmt == UQR_MLX4 ? 4 + g * 4 / 8 : fmt == UQR_VAR_AFFINE ? 160 : fmt == UQR_EXL3 ? 144 : fmt == UQR_TERNARY ? 12 : fmt == UQR_IQ4_NL ? 18 : fmt == UQR_IQ4_XS ? 136 : fmt == UQR_Q3_K ? 110 : fmt == UQR_Q2_K ? 84 : fmt == UQR_MXFP4 ? 17 : 0; }
 
 // X(ENUM, "name") for every format, in id order.
 #define UQR_FORMAT_LIST(X) \
@@ -47,6 +62,11 @@ UQR_FN constexpr int uqr_block_bytes(int fmt, int g) { return fmt == UQR_Q4_0 ? 
   X(UQR_VAR_AFFINE, "var_affine") \
   X(UQR_EXL3, "exl3") \
   X(UQR_TERNARY, "ternary") \
+  X(UQR_IQ4_NL, "iq4_nl") \
+  X(UQR_IQ4_XS, "iq4_xs") \
+  X(UQR_Q3_K, "q3_k") \
+  X(UQR_Q2_K, "q2_k") \
+  X(UQR_MXFP4, "mxfp4") \
 
 // X(ENUM, "name") for the formats with a fixed block (no group size): the switches that
 // instantiate a kernel per format expand this list, so they name only grouped formats.
@@ -58,8 +78,13 @@ UQR_FN constexpr int uqr_block_bytes(int fmt, int g) { return fmt == UQR_Q4_0 ? 
   X(UQR_VAR_AFFINE, "var_affine") \
   X(UQR_EXL3, "exl3") \
   X(UQR_TERNARY, "ternary") \
+  X(UQR_IQ4_NL, "iq4_nl") \
+  X(UQR_IQ4_XS, "iq4_xs") \
+  X(UQR_Q3_K, "q3_k") \
+  X(UQR_Q2_K, "q2_k") \
+  X(UQR_MXFP4, "mxfp4") \
 
-#define UQR_FORMAT_NAMES "'q4_0', 'q4_1', 'q8_0', 'q4_k', 'mlx4', 'var_affine', 'exl3', 'ternary'"
+#define UQR_FORMAT_NAMES "'q4_0', 'q4_1', 'q8_0', 'q4_k', 'mlx4', 'var_affine', 'exl3', 'ternary', 'iq4_nl', 'iq4_xs', 'q3_k', 'q2_k', 'mxfp4'"
 
 // Formats with path "vec" on cpu: X(ENUM, "name").
 #define UQR_VEC_CPU_LIST(X) \
