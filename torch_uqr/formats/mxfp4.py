@@ -3,13 +3,14 @@
 ``e`` is an E8M0 power-of-two scale and each 4-bit code an E2M1 float; ggml stores the E2M1
 values doubled as integers ``F = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, ..., -12}`` and halves the scale:
 ``y = 2^(e - 128)·F[q]`` (``e < 2``: the same value, an fp32 subnormal). Byte j of qs holds element j
-(low nibble) and element j + 16 (high nibble), as in q4_0. Every byte pattern is a valid block.
+(low nibble) and element j + 16 (high nibble), as in q4_0. Exponents above 252 are invalid.
 """
 from __future__ import annotations
 
 import torch
 
 from ._bytes import as_blocks
+from ._checks import first_bad
 from ._ggml import lut_decode
 from .q4_0 import join_nibbles, split_nibbles
 
@@ -53,9 +54,19 @@ def decode(data: torch.Tensor, N: int, K: int, group_size: int = 0) -> torch.Ten
     return (e8m0_half(b[:, 0]).unsqueeze(1) * v).reshape(N, K)
 
 
+#: The largest exponent whose block decodes to finite weights (2^(253-128)·8 = 2^128 overflows
+#: float32); ggml's quantizer never writes more (floor(log2(FLT_MAX)) - 2 + 127 = 252).
+MAX_EXPONENT = 252
+
+
 def validate(data: torch.Tensor, N: int, K: int, group_size: int = 0) -> None:
-    """Every byte pattern is a valid block (ggml reads e = 255 as 2^127, not as NaN)."""
-    as_blocks(data, BLOCK_BYTES)
+    """Reject exponents above 252, whose weights overflow float32 (e = 255 is NaN in the OCP spec;
+    ggml would decode it as 2^127). Every code is valid."""
+    e = as_blocks(data, BLOCK_BYTES)[:, 0]
+    bad = first_bad((e > MAX_EXPONENT).unsqueeze(1))
+    if bad >= 0:
+        raise ValueError(f"{NAME}: block {bad} has exponent e = {int(e[bad])}; at most {MAX_EXPONENT} is accepted "
+                         f"(larger ones decode to ±inf)")
 
 
 def random_blocks(N: int, K: int, generator: torch.Generator, group_size: int = 0) -> torch.Tensor:
