@@ -157,7 +157,7 @@ def reference_dequantize(data: torch.Tensor, fmt: str, N: int, K: int, group_siz
         y = (code - 1).double() * _f16(b, 0)[..., None]
     elif fmt in ("iq4_nl", "mxfp4"):
         table = _IQ4 if fmt == "iq4_nl" else _MXFP4
-        q = (b[..., 18 - elems // 2 + i % 16].long() >> (4 * (i // 16))) & 15
+        q = (b[..., (2 if fmt == "iq4_nl" else 1) + i % 16].long() >> (4 * (i // 16))) & 15
         d = _f16(b, 0) if fmt == "iq4_nl" else torch.exp2(b[..., 0].double() - 128)
         y = d[..., None] * table.to(data.device)[q]
     elif fmt == "iq4_xs":

@@ -16,7 +16,9 @@ import pytest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
-FORMATS = ["q4_0", "q4_1", "q8_0", "q4_k", "mlx4", "var_affine", "exl3", "ternary"]
+from torch_uqr.formats.table import NAMES, spec  # noqa: E402
+
+FORMATS = list(NAMES)
 
 # ||y - ref|| / ||ref||. bf16 operands: ~2^-9 rounding of every weight and of y (the interpreter
 # truncates instead of rounding, so about twice that); fp16 ~2^-12; fp32 is exact fp32 here.
@@ -31,7 +33,7 @@ def _cases(fmt: str) -> list[dict]:
     from torch_uqr.backends.cuda.configs import GemmConfig, VecConfig
     small = GemmConfig(BN=16, BM=16, NS=2, SPLIT_K=3)   # several K tiles in splits of 2, last short
     large = GemmConfig(BN=32, BM=32, NS=4, SPLIT_K=1)
-    K = {"q4_k": 256, "var_affine": 256, "exl3": 256, "mlx4": 192}.get(fmt, 160)
+    K = 192 if fmt == "mlx4" else max(160, spec(fmt).block)  # 5 blocks of 32, or one of 256
     cases = [
         dict(dtype="bfloat16", lead=(2,), M=3, N=24, K=K, cfg=small),
         dict(dtype="float16", lead=(), M=40, N=40, K=K, cfg=large, out_heads=4),             # direct-head y
