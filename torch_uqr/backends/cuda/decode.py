@@ -267,6 +267,12 @@ def _decode_lut_nibbles(w_ptr, row_off, n_ok, s0, n_sub, MX: tl.constexpr, BN: t
         blk = w_ptr + row_off + s.to(tl.int64) * 18
         scale = _f16(blk, ok)
         qs = _u8(blk + 2 + tl.arange(0, 16)[None, None, :], ok)
+    return _lut_tile(qs, scale, MX, BN, NS, NATURAL)
+
+
+@triton.jit
+def _lut_tile(qs, scale, MX: tl.constexpr, BN: tl.constexpr, NS: tl.constexpr, NATURAL: tl.constexpr):
+    """16 bytes of q4_0-ordered nibbles per sub-block [BN, NS, 16] -> scale * level, as a tile."""
     lo = _lut16(qs & 15, MX) * scale
     hi = _lut16(qs >> 4, MX) * scale
     if NATURAL:
@@ -284,11 +290,7 @@ def _decode_iq4_xs(w_ptr, row_off, n_ok, s0, n_sub, BN: tl.constexpr, NS: tl.con
     ls = ((_u8(blk + 4 + (j >> 1), ok) >> (4 * (j & 1))) & 15) | (((high >> (2 * j)) & 3) << 4)
     dl = _f16(blk, ok) * (ls - 32).to(tl.float32)
     qs = _u8(blk + 8 + 16 * j + tl.arange(0, 16)[None, None, :], ok)
-    lo = _lut16(qs & 15, False) * dl
-    hi = _lut16(qs >> 4, False) * dl
-    if NATURAL:
-        return _join_nibbles(lo, hi, BN, NS, True), tl.arange(0, NS * 32)
-    return _join_nibbles(lo, hi, BN, NS, False), _nibble_pairs_kl(NS)
+    return _lut_tile(qs, dl, False, BN, NS, NATURAL)
 
 
 @triton.jit
