@@ -87,6 +87,17 @@ def random_packed(fmt: str, N: int, K: int, group_size: int = 0, seed: int = 0,
     elif fmt == "q5_k":
         fields = [_half_bytes(shp, scale / 128, gen, device), _half_bytes(shp, scale / 128, gen, device),
                   _rand_bytes((*shp, 172), gen, device)]
+    elif fmt == "iq4_nl":
+        fields = [_half_bytes(shp, scale / 64, gen, device), _rand_bytes((*shp, 16), gen, device)]
+    elif fmt == "iq4_xs":
+        fields = [_half_bytes(shp, scale / 1024, gen, device), _rand_bytes((*shp, 134), gen, device)]
+    elif fmt == "q3_k":
+        fields = [_rand_bytes((*shp, 108), gen, device), _half_bytes(shp, scale / 64, gen, device)]
+    elif fmt == "q2_k":
+        fields = [_rand_bytes((*shp, 80), gen, device), _half_bytes(shp, scale / 8, gen, device),
+                  _half_bytes(shp, scale / 8, gen, device)]
+    elif fmt == "mxfp4":  # exponents around the scale: 2^(e-128) near scale / 4
+        fields = [_rand_bytes((*shp, 1), gen, device, 4) + 118, _rand_bytes((*shp, 16), gen, device)]
     else:  # block_geometry already rejected unknown names
         raise AssertionError(fmt)
     data = torch.cat(fields, dim=-1)
@@ -167,6 +178,34 @@ def reference_dequantize(data: torch.Tensor, fmt: str, N: int, K: int, group_siz
     elif fmt == "ternary":
         code = (b[..., 4 + i // 4].long() >> (2 * (i % 4))) & 3
         y = (code - 1).double() * _f16(b, 0)[..., None]
+    elif fmt in ("iq4_nl", "mxfp4"):
+        table = _IQ4 if fmt == "iq4_nl" else _MXFP4
+        q = (b[..., (2 if fmt == "iq4_nl" else 1) + i % 16].long() >> (4 * (i // 16))) & 15
+        d = _f16(b, 0) if fmt == "iq4_nl" else torch.exp2(b[..., 0].double() - 128)
+        y = d[..., None] * table.to(data.device)[q]
+    elif fmt == "iq4_xs":
+        sub = i // 32
+        lo = (b[..., 4 + sub // 2].long() >> (4 * (sub % 2))) & 15
+        hi = ((b[..., 2].long() | (b[..., 3].long() << 8))[..., None] >> (2 * sub)) & 3
+        q = (b[..., 8 + 16 * sub + i % 16].long() >> (4 * ((i % 32) // 16))) & 15
+        y = _f16(b, 0)[..., None] * ((lo | (hi << 4)) - 32).double() * _IQ4.to(data.device)[q]
+    elif fmt in ("q3_k", "q2_k"):
+        sub = i // 16  # element i = 128h + 32s + l: 2 low bits at bits 2s of qs[32h + l]
+        qs = 32 if fmt == "q3_k" else 16
+        q = (b[..., qs + 32 * (i // 128) + i % 32].long() >> (2 * ((i // 32) % 4))) & 3
+        if fmt == "q3_k":
+            q = q | (((b[..., i % 32].long() >> (i // 32)) & 1) << 2)
+            sc = ((b[..., 96 + sub % 8].long() >> (4 * (sub // 8))) & 15) | \
+                 (((b[..., 104 + sub % 4].long() >> (2 * (sub // 4))) & 3) << 4)
+            y = _f16(b, 108)[..., None] * (sc - 32).double() * (q - 4).double()
+        else:
+            sc = b[..., sub].long()
+            y = _f16(b, 80)[..., None] * (sc & 15).double() * q.double() - _f16(b, 82)[..., None] * (sc >> 4).double()
     else:
         raise AssertionError(fmt)
     return y.reshape(N, K)
+
+
+# The GGUF level tables (docs/formats.md): iq4_nl's non-linear levels, mxfp4's doubled E2M1 values.
+_IQ4 = torch.tensor([-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113], dtype=torch.float64)
+_MXFP4 = torch.tensor([0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12], dtype=torch.float64)

@@ -50,7 +50,7 @@ def _add_format(root: Path) -> None:
 
     tab = fm / "table.py"
     tab.write_text(_insert_before(tab.read_text(), "\n)\n\nBY_NAME",
-                                  f'\n    FormatSpec("{NEW}", {len(table.TABLE)}, 32, 18, "q4_0 under another name"),'))
+                                  f'\n    FormatSpec("{NEW}", {table.TABLE[-1].id + 1}, 32, 18, "q4_0 under another name"),'))
 
     hdr = root / "csrc" / "include" / "uqr" / "formats.h"
     text = _insert_before(hdr.read_text(), "// One switch for code that is generic over the format",
@@ -129,7 +129,7 @@ print(json.dumps({{
                          env={**os.environ, "PYTHONPATH": str(tree)})
     assert res.returncode == 0, res.stderr[-3000:]
     got = json.loads(res.stdout.strip().splitlines()[-1])
-    assert got == {"registry": True, "ops": True, "cases": True, "triton": len(table.TABLE), "qmma": True,
+    assert got == {"registry": True, "ops": True, "cases": True, "triton": table.TABLE[-1].id + 1, "qmma": True,
                    "same_bytes": True, "same_values": True}, got
     header = (tree / table.C_HEADER).read_text()
     for macro in ("UQR_FORMAT_LIST", "UQR_FIXED_BLOCK_LIST"):
@@ -214,7 +214,7 @@ def test_metal_shaders_take_it(tree: Path) -> None:
     x = torch.randn(M, K, generator=torch.Generator().manual_seed(2))
     want = uqr.gemm(x, w, backend="metal-emu")
     lay = strides.plan(x, w.data, "q4_0", N, K, backend="metal", allocate=False)
-    params = dict(lay.params, fmt=len(table.TABLE))  # q4_t's id, q4_0's geometry
+    params = dict(lay.params, fmt=table.TABLE[-1].id + 1)  # q4_t's id, q4_0's geometry
     req = {"fmt": NEW, "x": x.tolist(), "w": w.data.tolist(), "out_shape": list(lay.out_shape),
            "params": list(params.values())}
     res = subprocess.run([sys.executable, "-c", METAL_PROBE, json.dumps(req)], cwd=tree, capture_output=True,

@@ -79,8 +79,8 @@ def test_path_and_format_arguments(q4):
         uqr.gemm(randn(2, 256), q4, path="fast")
     with pytest.raises(ValueError, match="path: expected 'auto', 'mma', 'vec' or 'int8'"):
         raw(randn(2, 256), q4.data, path="fast")
-    with pytest.raises(ValueError, match="fmt: unknown format 'q3_k'"):
-        raw(randn(2, 256), q4.data, fmt="q3_k")
+    with pytest.raises(ValueError, match="fmt: unknown format 'q9_9'"):
+        raw(randn(2, 256), q4.data, fmt="q9_9")
     with pytest.raises(ValueError, match="group_size: mlx4 needs 32, 64 or 128"):
         raw(randn(2, 256), q4.data, fmt="mlx4", g=48)
     with pytest.raises(ValueError, match="group_size: q4_0 has a fixed block"):

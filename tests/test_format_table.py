@@ -55,7 +55,7 @@ def test_c_side_agrees_with_the_table() -> None:
         y = torch.ops.uqr.gemm(torch.randn(2, 256), qt.data, fmt, 4, 256, g or 0, 0, False, "auto")
         assert y.shape == (2, 4) and torch.isfinite(y).all()
     with pytest.raises(ValueError, match="expected one of " + re.escape(table.quoted_names(table.NAMES))):
-        torch.ops.uqr.gemm(torch.randn(2, 256), qt.data, "q3_k", 4, 256, 0, 0, False, "auto")
+        torch.ops.uqr.gemm(torch.randn(2, 256), qt.data, "q9_9", 4, 256, 0, 0, False, "auto")
 
 
 def test_paths_follow_the_table() -> None:

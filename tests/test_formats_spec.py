@@ -117,7 +117,49 @@ def read_ternary(b, g):
     return [d * (((qs[i // 16] >> (2 * (i % 16))) & 3) - 1) for i in range(32)]
 
 
-READERS = {"q4_0": read_q4_0, "q4_1": read_q4_1, "q8_0": read_q8_0, "q4_k": read_q4_k,
+IQ4 = (-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113)
+FP4X2 = (0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12)
+
+
+def read_iq4_nl(b, g):
+    d = f16(b, 0)
+    return [d * IQ4[(b[2 + j % 16] >> (4 * (j // 16))) & 15] for j in range(32)]
+
+
+def read_iq4_xs(b, g):
+    d, high = f16(b, 0), struct.unpack_from("<H", b, 2)[0]
+    out = []
+    for j in range(8):
+        ls = ((b[4 + j // 2] >> (4 * (j % 2))) & 15) | (((high >> (2 * j)) & 3) << 4)
+        out += [d * (ls - 32) * IQ4[(b[8 + 16 * j + t % 16] >> (4 * (t // 16))) & 15] for t in range(32)]
+    return out
+
+
+def read_q3_k(b, g):
+    d, out = f16(b, 108), []
+    for e in range(256):
+        j, h, s, l = e // 16, e // 128, (e // 32) % 4, e % 32
+        q = ((b[32 + 32 * h + l] >> (2 * s)) & 3) | (((b[l] >> (e // 32)) & 1) << 2)
+        sc = ((b[96 + j % 8] >> (4 * (j // 8))) & 15) | (((b[104 + j % 4] >> (2 * (j // 4))) & 3) << 4)
+        out.append(d * (sc - 32) * (q - 4))
+    return out
+
+
+def read_q2_k(b, g):
+    d, dmin, out = f16(b, 80), f16(b, 82), []
+    for e in range(256):
+        q = (b[16 + 32 * (e // 128) + e % 32] >> (2 * ((e // 32) % 4))) & 3
+        sc = b[e // 16]
+        out.append(d * (sc & 15) * q - dmin * (sc >> 4))
+    return out
+
+
+def read_mxfp4(b, g):
+    return [2.0 ** (b[0] - 128) * FP4X2[(b[1 + j % 16] >> (4 * (j // 16))) & 15] for j in range(32)]
+
+
+READERS = {"iq4_nl": read_iq4_nl, "iq4_xs": read_iq4_xs, "q3_k": read_q3_k, "q2_k": read_q2_k, "mxfp4": read_mxfp4,
+           "q4_0": read_q4_0, "q4_1": read_q4_1, "q8_0": read_q8_0, "q4_k": read_q4_k,
            "mlx4": read_mlx4, "var_affine": read_var_affine, "exl3": read_exl3, "ternary": read_ternary,
            "q5_0": read_q5_0_values, "q5_1": read_q5_1, "q6_k": read_q6_k, "q5_k": read_q5_k}
 CASES = [(f, 0) for f in NAMES if f != "mlx4"] + [("mlx4", g) for g in (32, 64, 128)]
@@ -133,9 +175,8 @@ def literal_decode(qt):
     return torch.tensor(values, dtype=torch.float64).reshape(qt.N, qt.K)
 
 
-def test_registry_lists_the_twelve_formats():
-    assert uqr.formats() == ["q4_0", "q4_1", "q8_0", "q4_k", "mlx4", "var_affine", "exl3", "ternary",
-                             "q5_0", "q5_1", "q6_k", "q5_k"]
+def test_registry_order_and_a_reader_per_format():
+    assert uqr.formats()[:8] == ["q4_0", "q4_1", "q8_0", "q4_k", "mlx4", "var_affine", "exl3", "ternary"]
     assert set(READERS) == set(uqr.formats())
 
 
@@ -173,7 +214,8 @@ def test_layout_properties(fmt, g):
     assert qt.group_size == g and (qt.N, qt.K) == (2, 256) and qt.K % qt.block_size == 0
     assert fmt in repr(qt)
     expected_bpw = {"q4_0": 4.5, "q4_1": 5.0, "q8_0": 8.5, "q4_k": 4.5, "var_affine": 5.0, "exl3": 4.5,
-                    "ternary": 3.0, "q5_0": 5.5, "q5_1": 6.0, "q6_k": 6.5625, "q5_k": 5.5}.get(fmt, {32: 5.0, 64: 4.5, 128: 4.25}.get(g))
+                    "ternary": 3.0, "q5_0": 5.5, "q5_1": 6.0, "q6_k": 6.5625, "q5_k": 5.5,
+                    "iq4_nl": 4.5, "iq4_xs": 4.25, "q3_k": 3.4375, "q2_k": 2.625, "mxfp4": 4.25}.get(fmt, {32: 5.0, 64: 4.5, 128: 4.25}.get(g))
     assert qt.bits_per_weight == expected_bpw
 
 

@@ -26,7 +26,7 @@ def test_bench_tiny_run_writes_json(tmp_path, capsys):
 
 def test_bench_argument_errors():
     import pytest
-    with pytest.raises(SystemExit, match="--formats: unknown format 'q3_k'"):
-        bench.main(["--device", "cpu", "--formats", "q3_k"])
+    with pytest.raises(SystemExit, match="--formats: unknown format 'q9_9'"):
+        bench.main(["--device", "cpu", "--formats", "q9_9"])
     with pytest.raises(SystemExit, match="--shapes: expected NxK"):
         bench.main(["--device", "cpu", "--shapes", "4096"])

@@ -97,7 +97,7 @@ def test_bad_arguments_name_the_argument() -> None:
     with pytest.raises(ValueError, match="x:"):
         metal_emu.gemm(x.double(), qt.data, "q4_0", N, K, 0, 0, False, "auto")
     with pytest.raises(ValueError, match="fmt"):
-        metal_emu.gemm(x, qt.data, "q3_k", N, K, 0, 0, False, "auto")
+        metal_emu.gemm(x, qt.data, "q9_9", N, K, 0, 0, False, "auto")
 
 
 def test_shader_source_is_self_contained() -> None:

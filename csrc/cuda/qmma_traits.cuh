@@ -720,6 +720,131 @@ __device__ __forceinline__ void stage_steps(const unsigned char* buf, int g, int
   }
 }
 
+// ---- GGUF iq4_nl, iq4_xs, q3_k, q2_k, mxfp4 ----
+// Table formats (iq4_nl, iq4_xs, mxfp4): a code is a level of a 16-entry table of small integers,
+// exact in either T, so codes() returns the levels themselves (kOffset = false) and scale() the
+// block's multiplier. Level pairs follow gguf_nibbles' pairing of the 4 bytes w (elements e..e+3
+// in the low nibbles, e+16..e+19 in the high ones).
+template <typename T, bool kMx>
+__device__ __forceinline__ uint32_t level_pair(uint32_t w, int sh) {
+  const uint32_t qa = (w >> sh) & 15u, qb = (w >> (sh + 16)) & 15u;
+  const int a = kMx ? uqr_mxfp4_level(qa) : uqr_iq4_level(qa), b = kMx ? uqr_mxfp4_level(qb) : uqr_iq4_level(qb);
+  return pack_pair<T>(static_cast<float>(a), static_cast<float>(b));
+}
+template <typename T, bool kMx>
+__device__ __forceinline__ void level_nibbles(uint32_t w, uint32_t (&r)[4]) {
+  r[0] = level_pair<T, kMx>(w, 0);
+  r[1] = level_pair<T, kMx>(w, 8);
+  r[2] = level_pair<T, kMx>(w, 4);
+  r[3] = level_pair<T, kMx>(w, 12);
+}
+// A 32-bit word at any byte address (mxfp4's 17-byte blocks align nothing).
+__device__ __forceinline__ uint32_t u32_at1(const uint8_t* p) { return uqr_load_u32(p); }
+
+template <>
+struct Traits<UQR_IQ4_NL> {
+  static constexpr int kElems = 32, kSubs = 1;
+  static constexpr bool kOffset = false, kWideX = false;
+  static constexpr int kBytes = UQR_IQ4_NL_BYTES;
+  using Scales = BlockScales<Traits>;
+  template <typename T>
+  __device__ static void codes(const uint8_t* blk, int j, int, int c, uint32_t (&r)[4]) {
+    level_nibbles<T, false>(u32_in_block(blk + 2 + 4 * c, j), r);  // q4_0's 18-byte layout
+  }
+  __device__ static float2 scale(const uint8_t* blk, int) { return make_float2(half_at(blk), 0.f); }
+};
+
+template <>
+struct Traits<UQR_MXFP4> {
+  static constexpr int kElems = 32, kSubs = 1;
+  static constexpr bool kOffset = false, kWideX = false;
+  static constexpr int kBytes = UQR_MXFP4_BYTES;
+  using Scales = BlockScales<Traits>;
+  template <typename T>
+  __device__ static void codes(const uint8_t* blk, int, int, int c, uint32_t (&r)[4]) {
+    level_nibbles<T, true>(u32_at1(blk + 1 + 4 * c), r);
+  }
+  __device__ static float2 scale(const uint8_t* blk, int) { return make_float2(uqr_e8m0_half(blk[0]), 0.f); }
+};
+
+// iq4_xs: sub-block s is 16 bytes of qs in q4_0's nibble order (136-byte blocks start 8-byte
+// aligned in a stage, so the words are aligned); scale d (ls_s - 32), exact in fp32.
+template <>
+struct Traits<UQR_IQ4_XS> {
+  static constexpr int kElems = 256, kSubs = 8;
+  static constexpr bool kOffset = false, kWideX = false;
+  static constexpr int kBytes = UQR_IQ4_XS_BYTES;
+  using Scales = BlockScales<Traits>;
+  template <typename T>
+  __device__ static void codes(const uint8_t* blk, int, int s, int c, uint32_t (&r)[4]) {
+    level_nibbles<T, false>(u32_at4(blk + UQR_IQ4_XS_QS + 16 * s + 4 * c), r);
+  }
+  __device__ static float2 scale(const uint8_t* blk, int s) {
+    return make_float2(half_at(blk) * static_cast<float>(uqr_iq4_xs_scale(blk, s) - 32), 0.f);
+  }
+};
+
+// q3_k / q2_k: 32-element sub-block s of a block is h = s / 4, quarter s % 4 of the layout in
+// formats.h: element i's low code bits are bits 2 (s % 4) of qs[32h + i]. Its two halves have their
+// own 16-element scales, and a k-step lies inside one half (k-step 0: elements 4c..4c+3, 1: 16 + ...).
+// q3_k folds the half's integer scale into the codes: (sc - 32)(q - 4) is an integer of magnitude
+// <= 128, exact in either T, so scale() is just d. Blocks are 110 bytes (2-byte aligned words).
+template <>
+struct Traits<UQR_Q3_K> {
+  static constexpr int kElems = 256, kSubs = 8;
+  static constexpr bool kOffset = false, kWideX = false;
+  static constexpr int kBytes = UQR_Q3_K_BYTES;
+  using Scales = BlockScales<Traits>;
+  template <typename T>
+  __device__ static void codes(const uint8_t* blk, int, int s, int c, uint32_t (&r)[4]) {
+    const int sh = 2 * (s & 3);
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int i = 16 * h + 4 * c;
+      const uint32_t lo = u32_at2(blk + UQR_Q3_K_QS + 32 * (s >> 2) + i), hm = u32_at2(blk + i);
+      const int sc = uqr_q3_k_scale(blk, 2 * s + h) - 32;
+      float v[4];
+#pragma unroll
+      for (int b = 0; b < 4; ++b) {
+        const int q = static_cast<int>((lo >> (8 * b + sh)) & 3u) | static_cast<int>(((hm >> (8 * b + s)) & 1u) << 2);
+        v[b] = static_cast<float>(sc * (q - 4));
+      }
+      r[2 * h] = pack_pair<T>(v[0], v[2]);
+      r[2 * h + 1] = pack_pair<T>(v[1], v[3]);
+    }
+  }
+  __device__ static float2 scale(const uint8_t* blk, int) { return make_float2(half_at(blk + UQR_Q3_K_D), 0.f); }
+};
+
+// q2_k: each half has its own min, so w = a q + b does not hold per 32 elements: codes() returns the
+// weights (d sc) q - dmin m rounded to T once (kPrescaled, as exl3). 84-byte blocks: aligned words.
+template <>
+struct Traits<UQR_Q2_K> {
+  static constexpr int kElems = 256, kSubs = 8;
+  static constexpr bool kOffset = false, kWideX = false, kPrescaled = true;
+  static constexpr int kBytes = UQR_Q2_K_BYTES;
+  using Scales = BlockScales<Traits>;
+  template <typename T>
+  __device__ static void codes(const uint8_t* blk, int, int s, int c, uint32_t (&r)[4]) {
+    const uint32_t dd = u32_at4(blk + UQR_Q2_K_D);
+    const float d = __half2float(__ushort_as_half(static_cast<unsigned short>(dd & 0xFFFFu)));
+    const float dmin = __half2float(__ushort_as_half(static_cast<unsigned short>(dd >> 16)));
+    const int sh = 2 * (s & 3);
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const uint32_t sc = blk[2 * s + h];
+      const float a = d * static_cast<float>(sc & 15u), b = dmin * static_cast<float>(sc >> 4);
+      const uint32_t lo = u32_at4(blk + UQR_Q2_K_QS + 32 * (s >> 2) + 16 * h + 4 * c);
+      float v[4];
+#pragma unroll
+      for (int k = 0; k < 4; ++k) v[k] = a * static_cast<float>((lo >> (8 * k + sh)) & 3u) - b;  // a q exact
+      r[2 * h] = pack_pair<T>(v[0], v[2]);
+      r[2 * h + 1] = pack_pair<T>(v[1], v[3]);
+    }
+  }
+  __device__ static float2 scale(const uint8_t*, int) { return make_float2(1.f, 0.f); }
+};
+
 // fn(F{}) for the format traits F of p's format (and mlx4 group); cudaErrorInvalidValue for a
 // format the tensor-core kernels do not handle.
 template <class Fn>

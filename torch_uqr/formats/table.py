@@ -97,6 +97,11 @@ TABLE: tuple[FormatSpec, ...] = (
     FormatSpec("q5_1", 9, 32, 24, "GGUF Q5_1", gguf_type="Q5_1"),
     FormatSpec("q6_k", 10, 256, 210, "GGUF Q6_K", gguf_type="Q6_K"),
     FormatSpec("q5_k", 11, 256, 176, "GGUF Q5_K", gguf_type="Q5_K"),
+    FormatSpec("iq4_nl", 12, 32, 18, "GGUF IQ4_NL", gguf_type="IQ4_NL"),
+    FormatSpec("iq4_xs", 13, 256, 136, "GGUF IQ4_XS", gguf_type="IQ4_XS"),
+    FormatSpec("q3_k", 14, 256, 110, "GGUF Q3_K", gguf_type="Q3_K"),
+    FormatSpec("q2_k", 15, 256, 84, "GGUF Q2_K", gguf_type="Q2_K"),
+    FormatSpec("mxfp4", 16, 32, 17, "GGUF MXFP4", gguf_type="MXFP4"),
 )
 
 BY_NAME: dict[str, FormatSpec] = {f.name: f for f in TABLE}
@@ -127,7 +132,9 @@ def format_cases() -> list[tuple[str, int | None]]:
 
 def _check_table() -> None:
     ids = [f.id for f in TABLE]
-    assert ids == list(range(len(TABLE))), "format ids must be 0..n-1 in table order (C arrays index by id)"
+    # Ids are never reused, so a table may have gaps (ids reserved for formats defined elsewhere);
+    # they rise in table order and UQR_NUM_FORMATS is one past the largest.
+    assert ids == sorted(set(ids)) and ids[0] == 0, "format ids must be unique and rising in table order"
     for f in TABLE:
         assert f.name.isidentifier() and f.name == f.name.lower(), f.name
         assert set(f.extra_paths) <= set(PATHS) - set(_ALWAYS), f.extra_paths
@@ -159,7 +166,7 @@ def render_c_header() -> str:
         "",
         "enum uqr_format {",
         *[f"  UQR_{f.name.upper()} = {f.id}," for f in TABLE],
-        f"  UQR_NUM_FORMATS = {len(TABLE)}",
+        f"  UQR_NUM_FORMATS = {TABLE[-1].id + 1}",
         "};",
         "",
         "// Elements and bytes per block (a grouped format: at its default group size).",

@@ -16,7 +16,12 @@ enum uqr_format {
   UQR_Q5_1 = 9,
   UQR_Q6_K = 10,
   UQR_Q5_K = 11,
-  UQR_NUM_FORMATS = 12
+  UQR_IQ4_NL = 12,
+  UQR_IQ4_XS = 13,
+  UQR_Q3_K = 14,
+  UQR_Q2_K = 15,
+  UQR_MXFP4 = 16,
+  UQR_NUM_FORMATS = 17
 };
 
 // Elements and bytes per block (a grouped format: at its default group size).
@@ -44,10 +49,20 @@ enum uqr_format {
 #define UQR_Q6_K_BYTES 210
 #define UQR_Q5_K_BLOCK 256
 #define UQR_Q5_K_BYTES 176
+#define UQR_IQ4_NL_BLOCK 32
+#define UQR_IQ4_NL_BYTES 18
+#define UQR_IQ4_XS_BLOCK 256
+#define UQR_IQ4_XS_BYTES 136
+#define UQR_Q3_K_BLOCK 256
+#define UQR_Q3_K_BYTES 110
+#define UQR_Q2_K_BLOCK 256
+#define UQR_Q2_K_BYTES 84
+#define UQR_MXFP4_BLOCK 32
+#define UQR_MXFP4_BYTES 17
 
 // Elements and bytes of one block of `fmt` (g: a grouped format's group size; 0 if unknown).
-UQR_FN constexpr int uqr_block_elems(int fmt, int g) { return fmt == UQR_Q4_0 ? 32 : fmt == UQR_Q4_1 ? 32 : fmt == UQR_Q8_0 ? 32 : fmt == UQR_Q4_K ? 256 : fmt == UQR_MLX4 ? g : fmt == UQR_VAR_AFFINE ? 256 : fmt == UQR_EXL3 ? 256 : fmt == UQR_TERNARY ? 32 : fmt == UQR_Q5_0 ? 32 : fmt == UQR_Q5_1 ? 32 : fmt == UQR_Q6_K ? 256 : fmt == UQR_Q5_K ? 256 : 0; }
-UQR_FN constexpr int uqr_block_bytes(int fmt, int g) { return fmt == UQR_Q4_0 ? 18 : fmt == UQR_Q4_1 ? 20 : fmt == UQR_Q8_0 ? 34 : fmt == UQR_Q4_K ? 144 : fmt == UQR_MLX4 ? 4 + g * 4 / 8 : fmt == UQR_VAR_AFFINE ? 160 : fmt == UQR_EXL3 ? 144 : fmt == UQR_TERNARY ? 12 : fmt == UQR_Q5_0 ? 22 : fmt == UQR_Q5_1 ? 24 : fmt == UQR_Q6_K ? 210 : fmt == UQR_Q5_K ? 176 : 0; }
+UQR_FN constexpr int uqr_block_elems(int fmt, int g) { return fmt == UQR_Q4_0 ? 32 : fmt == UQR_Q4_1 ? 32 : fmt == UQR_Q8_0 ? 32 : fmt == UQR_Q4_K ? 256 : fmt == UQR_MLX4 ? g : fmt == UQR_VAR_AFFINE ? 256 : fmt == UQR_EXL3 ? 256 : fmt == UQR_TERNARY ? 32 : fmt == UQR_Q5_0 ? 32 : fmt == UQR_Q5_1 ? 32 : fmt == UQR_Q6_K ? 256 : fmt == UQR_Q5_K ? 256 : fmt == UQR_IQ4_NL ? 32 : fmt == UQR_IQ4_XS ? 256 : fmt == UQR_Q3_K ? 256 : fmt == UQR_Q2_K ? 256 : fmt == UQR_MXFP4 ? 32 : 0; }
+UQR_FN constexpr int uqr_block_bytes(int fmt, int g) { return fmt == UQR_Q4_0 ? 18 : fmt == UQR_Q4_1 ? 20 : fmt == UQR_Q8_0 ? 34 : fmt == UQR_Q4_K ? 144 : fmt == UQR_MLX4 ? 4 + g * 4 / 8 : fmt == UQR_VAR_AFFINE ? 160 : fmt == UQR_EXL3 ? 144 : fmt == UQR_TERNARY ? 12 : fmt == UQR_Q5_0 ? 22 : fmt == UQR_Q5_1 ? 24 : fmt == UQR_Q6_K ? 210 : fmt == UQR_Q5_K ? 176 : fmt == UQR_IQ4_NL ? 18 : fmt == UQR_IQ4_XS ? 136 : fmt == UQR_Q3_K ? 110 : fmt == UQR_Q2_K ? 84 : fmt == UQR_MXFP4 ? 17 : 0; }
 
 // X(ENUM, "name") for every format, in id order.
 #define UQR_FORMAT_LIST(X) \
@@ -63,6 +78,11 @@ UQR_FN constexpr int uqr_block_bytes(int fmt, int g) { return fmt == UQR_Q4_0 ? 
   X(UQR_Q5_1, "q5_1") \
   X(UQR_Q6_K, "q6_k") \
   X(UQR_Q5_K, "q5_k") \
+  X(UQR_IQ4_NL, "iq4_nl") \
+  X(UQR_IQ4_XS, "iq4_xs") \
+  X(UQR_Q3_K, "q3_k") \
+  X(UQR_Q2_K, "q2_k") \
+  X(UQR_MXFP4, "mxfp4") \
 
 // X(ENUM, "name") for the formats with a fixed block (no group size): the switches that
 // instantiate a kernel per format expand this list, so they name only grouped formats.
@@ -78,8 +98,13 @@ UQR_FN constexpr int uqr_block_bytes(int fmt, int g) { return fmt == UQR_Q4_0 ? 
   X(UQR_Q5_1, "q5_1") \
   X(UQR_Q6_K, "q6_k") \
   X(UQR_Q5_K, "q5_k") \
+  X(UQR_IQ4_NL, "iq4_nl") \
+  X(UQR_IQ4_XS, "iq4_xs") \
+  X(UQR_Q3_K, "q3_k") \
+  X(UQR_Q2_K, "q2_k") \
+  X(UQR_MXFP4, "mxfp4") \
 
-#define UQR_FORMAT_NAMES "'q4_0', 'q4_1', 'q8_0', 'q4_k', 'mlx4', 'var_affine', 'exl3', 'ternary', 'q5_0', 'q5_1', 'q6_k', 'q5_k'"
+#define UQR_FORMAT_NAMES "'q4_0', 'q4_1', 'q8_0', 'q4_k', 'mlx4', 'var_affine', 'exl3', 'ternary', 'q5_0', 'q5_1', 'q6_k', 'q5_k', 'iq4_nl', 'iq4_xs', 'q3_k', 'q2_k', 'mxfp4'"
 
 // Formats with path "vec" on cpu: X(ENUM, "name").
 #define UQR_VEC_CPU_LIST(X) \

@@ -262,6 +262,118 @@ UQR_FN void uqr_decode8_q5_k(const UQR_GLOBAL uqr_u8* blk, int chunk, UQR_THREAD
   }
 }
 
+// ---- GGUF iq4_nl, iq4_xs, q3_k, q2_k, mxfp4 ----------------------------------------------------
+// Byte offsets of the fields of the 256-weight GGUF blocks below.
+#define UQR_IQ4_XS_SCALES_H 2
+#define UQR_IQ4_XS_SCALES_L 4
+#define UQR_IQ4_XS_QS 8
+#define UQR_Q3_K_QS 32
+#define UQR_Q3_K_SCALES 96
+#define UQR_Q3_K_D 108
+#define UQR_Q2_K_QS 16
+#define UQR_Q2_K_D 80
+#define UQR_Q2_K_DMIN 82
+
+// Entry q (0..15) of a table of 16 signed bytes held as four little-endian words (w0: entries 0-3).
+// Constants in registers rather than a table in memory: the same code serves C++, CUDA and Metal,
+// and a 4-bit q cannot index outside it.
+UQR_FN int uqr_lut16_i8(uqr_u32 w0, uqr_u32 w1, uqr_u32 w2, uqr_u32 w3, uqr_u32 q) {
+  uqr_u32 w = (q & 8u) ? ((q & 4u) ? w3 : w2) : ((q & 4u) ? w1 : w0);
+  return (int)(uqr_i8)(uqr_u8)((w >> (8u * (q & 3u))) & 0xFFu);
+}
+// ggml's iq4_nl levels {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113}.
+#define UQR_IQ4_WORDS 0xBFAD9881u, 0xF6EADDCFu, 0x26190D01u, 0x71594535u
+// mxfp4's E2M1 values doubled: {0, 1, 2, 3, 4, 6, 8, 12} and their negatives (code bit 3 = sign).
+#define UQR_MXFP4_WORDS 0x03020100u, 0x0C080604u, 0xFDFEFF00u, 0xF4F8FAFCu
+UQR_FN int uqr_iq4_level(uqr_u32 q) { return uqr_lut16_i8(UQR_IQ4_WORDS, q); }
+UQR_FN int uqr_mxfp4_level(uqr_u32 q) { return uqr_lut16_i8(UQR_MXFP4_WORDS, q); }
+
+// iq4_nl: q4_0's nibble layout, y = d V[q] (exact: 11-bit d times a 7-bit level).
+UQR_FN void uqr_decode8_iq4_nl(const UQR_GLOBAL uqr_u8* blk, int chunk, UQR_THREAD float* out) {
+  float d = uqr_load_half(blk);
+  const UQR_GLOBAL uqr_u8* qs = blk + 2 + 8 * (chunk & 1);
+  int shift = (chunk >> 1) * 4;
+  for (int i = 0; i < 8; ++i) out[i] = (float)uqr_iq4_level((uqr_u32)(qs[i] >> shift) & 15u) * d;
+}
+
+// iq4_xs sub-block j's 6-bit scale: low 4 bits from nibble j % 2 of scales_l[j / 2], high 2 bits
+// from bits 2j, 2j + 1 of the u16 scales_h.
+UQR_FN int uqr_iq4_xs_scale(const UQR_GLOBAL uqr_u8* blk, int j) {
+  uqr_u32 lo = ((uqr_u32)blk[UQR_IQ4_XS_SCALES_L + (j >> 1)] >> (4 * (j & 1))) & 15u;
+  uqr_u32 hi = ((uqr_u32)uqr_load_u16(blk + UQR_IQ4_XS_SCALES_H) >> (2 * j)) & 3u;
+  return (int)(lo | (hi << 4));
+}
+
+// iq4_xs: sub-block j = chunk / 4 is 16 bytes of qs (element i low nibble of byte i, i + 16 high);
+// y = (d (ls_j - 32)) V[q], exact (11 + 6 + 7 significant bits).
+UQR_FN void uqr_decode8_iq4_xs(const UQR_GLOBAL uqr_u8* blk, int chunk, UQR_THREAD float* out) {
+  int j = chunk >> 2;
+  float dl = uqr_load_half(blk) * (float)(uqr_iq4_xs_scale(blk, j) - 32);
+  const UQR_GLOBAL uqr_u8* qs = blk + UQR_IQ4_XS_QS + 16 * j + 8 * (chunk & 1);
+  int shift = ((chunk >> 1) & 1) * 4;
+  for (int i = 0; i < 8; ++i) out[i] = (float)uqr_iq4_level((uqr_u32)(qs[i] >> shift) & 15u) * dl;
+}
+
+// q3_k / q2_k element e = 128h + 32s + l keeps its 2 low code bits at bits 2s of qs[32h + l]. A chunk
+// (8 elements, one 16-element sub-block half) has one h, one s and l = 8 (chunk & 3) + i.
+UQR_FN int uqr_k_quarter_byte(int chunk) { return 32 * (chunk >> 4) + 8 * (chunk & 3); }
+UQR_FN int uqr_k_quarter_shift(int chunk) { return 2 * ((chunk >> 2) & 3); }
+
+// q3_k 16-element sub-block j's 6-bit scale (stored + 32): low 4 bits nibble j / 8 of scales[j % 8],
+// high 2 bits bits 2 (j / 4) of scales[8 + j % 4].
+UQR_FN int uqr_q3_k_scale(const UQR_GLOBAL uqr_u8* blk, int j) {
+  const UQR_GLOBAL uqr_u8* s = blk + UQR_Q3_K_SCALES;
+  uqr_u32 lo = ((uqr_u32)s[j & 7] >> (4 * (j >> 3))) & 15u;
+  uqr_u32 hi = ((uqr_u32)s[8 + (j & 3)] >> (2 * (j >> 2))) & 3u;
+  return (int)(lo | (hi << 4));
+}
+
+// q3_k: code q = low 2 bits | (bit e / 32 of hmask[e % 32]) << 2; y = (d (sc_j - 32)) (q - 4), exact.
+UQR_FN void uqr_decode8_q3_k(const UQR_GLOBAL uqr_u8* blk, int chunk, UQR_THREAD float* out) {
+  float dl = uqr_load_half(blk + UQR_Q3_K_D) * (float)(uqr_q3_k_scale(blk, chunk >> 1) - 32);
+  const UQR_GLOBAL uqr_u8* qs = blk + UQR_Q3_K_QS + uqr_k_quarter_byte(chunk);
+  const UQR_GLOBAL uqr_u8* hm = blk + 8 * (chunk & 3);
+  int shift = uqr_k_quarter_shift(chunk), hbit = chunk >> 2;
+  for (int i = 0; i < 8; ++i) {
+    int q = (int)((qs[i] >> shift) & 3) | (int)(((hm[i] >> hbit) & 1) << 2);
+    out[i] = (float)(q - 4) * dl;
+  }
+}
+
+// q2_k: scales[j] = 4-bit scale | 4-bit min << 4 of 16-element sub-block j; y = (d sc) q - dmin m.
+// Both products are exact, so only the difference rounds (an FMA gives the same bits).
+UQR_FN void uqr_decode8_q2_k(const UQR_GLOBAL uqr_u8* blk, int chunk, UQR_THREAD float* out) {
+  uqr_u32 sc = blk[chunk >> 1];
+  float dl = uqr_load_half(blk + UQR_Q2_K_D) * (float)(sc & 15u);
+  float ml = uqr_load_half(blk + UQR_Q2_K_DMIN) * (float)(sc >> 4);
+  const UQR_GLOBAL uqr_u8* qs = blk + UQR_Q2_K_QS + uqr_k_quarter_byte(chunk);
+  int shift = uqr_k_quarter_shift(chunk);
+  for (int i = 0; i < 8; ++i) out[i] = dl * (float)((qs[i] >> shift) & 3) - ml;
+}
+
+// mxfp4's E8M0 scale halved, 2^(e - 128), from its bits (ggml: e < 2 gives an fp32 subnormal).
+UQR_FN float uqr_e8m0_half(uqr_u32 e) {
+  uqr_u32 bits = e < 2u ? (0x00200000u << e) : ((e - 1u) << 23);
+#if defined(__METAL_VERSION__) || defined(UQR_METAL)
+  return as_type<float>(bits);
+#elif defined(__CUDA_ARCH__)
+  return __uint_as_float(bits);
+#else
+  float f;
+  memcpy(&f, &bits, sizeof f);
+  return f;
+#endif
+}
+
+// mxfp4: q4_0's nibble layout after the 1-byte exponent; y = 2^(e-128) F[q] (exact unless it
+// overflows to inf for e >= 254).
+UQR_FN void uqr_decode8_mxfp4(const UQR_GLOBAL uqr_u8* blk, int chunk, UQR_THREAD float* out) {
+  float d = uqr_e8m0_half(blk[0]);
+  const UQR_GLOBAL uqr_u8* qs = blk + 1 + 8 * (chunk & 1);
+  int shift = (chunk >> 1) * 4;
+  for (int i = 0; i < 8; ++i) out[i] = (float)uqr_mxfp4_level((uqr_u32)(qs[i] >> shift) & 15u) * d;
+}
+
 // One switch for code that is generic over the format (the CPU panel decoder, the emulator's
 // loaders); hot loops instantiate per format instead so the switch is resolved at compile time.
 UQR_FN void uqr_decode8(int fmt, const UQR_GLOBAL uqr_u8* blk, int chunk, UQR_THREAD float* out) {
@@ -277,6 +389,11 @@ UQR_FN void uqr_decode8(int fmt, const UQR_GLOBAL uqr_u8* blk, int chunk, UQR_TH
     case UQR_Q5_1: uqr_decode8_q5_1(blk, chunk, out); break;
     case UQR_Q6_K: uqr_decode8_q6_k(blk, chunk, out); break;
     case UQR_Q5_K: uqr_decode8_q5_k(blk, chunk, out); break;
+    case UQR_IQ4_NL: uqr_decode8_iq4_nl(blk, chunk, out); break;
+    case UQR_IQ4_XS: uqr_decode8_iq4_xs(blk, chunk, out); break;
+    case UQR_Q3_K: uqr_decode8_q3_k(blk, chunk, out); break;
+    case UQR_Q2_K: uqr_decode8_q2_k(blk, chunk, out); break;
+    case UQR_MXFP4: uqr_decode8_mxfp4(blk, chunk, out); break;
     default: uqr_decode8_ternary(blk, chunk, out); break;
   }
 }
@@ -299,6 +416,11 @@ UQR_FN void uqr_decode8_fmt(const UQR_GLOBAL uqr_u8* blk, int chunk, UQR_THREAD 
   else if constexpr (FMT == UQR_Q5_1) uqr_decode8_q5_1(blk, chunk, out);
   else if constexpr (FMT == UQR_Q6_K) uqr_decode8_q6_k(blk, chunk, out);
   else if constexpr (FMT == UQR_Q5_K) uqr_decode8_q5_k(blk, chunk, out);
+  else if constexpr (FMT == UQR_IQ4_NL) uqr_decode8_iq4_nl(blk, chunk, out);
+  else if constexpr (FMT == UQR_IQ4_XS) uqr_decode8_iq4_xs(blk, chunk, out);
+  else if constexpr (FMT == UQR_Q3_K) uqr_decode8_q3_k(blk, chunk, out);
+  else if constexpr (FMT == UQR_Q2_K) uqr_decode8_q2_k(blk, chunk, out);
+  else if constexpr (FMT == UQR_MXFP4) uqr_decode8_mxfp4(blk, chunk, out);
   else uqr_decode8_ternary(blk, chunk, out);
 }
 #endif

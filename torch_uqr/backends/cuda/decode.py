@@ -37,6 +37,11 @@ Q5_0: tl.constexpr = tl.constexpr(FORMAT_CODES["q5_0"])
 Q5_1: tl.constexpr = tl.constexpr(FORMAT_CODES["q5_1"])
 Q6_K: tl.constexpr = tl.constexpr(FORMAT_CODES["q6_k"])
 Q5_K: tl.constexpr = tl.constexpr(FORMAT_CODES["q5_k"])
+IQ4_NL: tl.constexpr = tl.constexpr(FORMAT_CODES["iq4_nl"])
+IQ4_XS: tl.constexpr = tl.constexpr(FORMAT_CODES["iq4_xs"])
+Q3_K: tl.constexpr = tl.constexpr(FORMAT_CODES["q3_k"])
+Q2_K: tl.constexpr = tl.constexpr(FORMAT_CODES["q2_k"])
+MXFP4: tl.constexpr = tl.constexpr(FORMAT_CODES["mxfp4"])
 
 
 @triton.jit
@@ -290,6 +295,90 @@ def _decode_ternary(w_ptr, row_off, n_ok, s0, n_sub, BN: tl.constexpr, NS: tl.co
 
 
 @triton.jit
+def _lut16(q, MX: tl.constexpr):
+    """Level of 4-bit codes q in iq4_nl's table (or mxfp4's doubled E2M1 values with MX): four
+    words of four signed bytes (formats.h's UQR_IQ4_WORDS / UQR_MXFP4_WORDS), picked by integer ops."""
+    if MX:
+        w = tl.where((q & 8) != 0, tl.where((q & 4) != 0, -185009412, -33620224),
+                     tl.where((q & 4) != 0, 201852420, 50462976))
+    else:
+        w = tl.where((q & 8) != 0, tl.where((q & 4) != 0, 1901675829, 639175937),
+                     tl.where((q & 4) != 0, -152379953, -1079142271))
+    v = (w >> ((q & 3) * 8)) & 255
+    return (v - ((v >> 7) << 8)).to(tl.float32)
+
+
+@triton.jit
+def _decode_lut_nibbles(w_ptr, row_off, n_ok, s0, n_sub, MX: tl.constexpr, BN: tl.constexpr, NS: tl.constexpr,
+                        NATURAL: tl.constexpr):
+    """iq4_nl (half d; qs[16]) and mxfp4 (u8 e; qs[16]): q4_0's nibble order, y = scale * level."""
+    s, ok = _sub_blocks(n_ok, s0, n_sub, NS)
+    if MX:
+        blk = w_ptr + row_off + s.to(tl.int64) * 17
+        e = _u8(blk, ok)
+        scale = tl.where(e < 2, 0x00200000 << e, (e - 1) << 23).to(tl.float32, bitcast=True)
+        qs = _u8(blk + 1 + tl.arange(0, 16)[None, None, :], ok)
+    else:
+        blk = w_ptr + row_off + s.to(tl.int64) * 18
+        scale = _f16(blk, ok)
+        qs = _u8(blk + 2 + tl.arange(0, 16)[None, None, :], ok)
+    return _lut_tile(qs, scale, MX, BN, NS, NATURAL)
+
+
+@triton.jit
+def _lut_tile(qs, scale, MX: tl.constexpr, BN: tl.constexpr, NS: tl.constexpr, NATURAL: tl.constexpr):
+    """16 bytes of q4_0-ordered nibbles per sub-block [BN, NS, 16] -> scale * level, as a tile."""
+    lo = _lut16(qs & 15, MX) * scale
+    hi = _lut16(qs >> 4, MX) * scale
+    if NATURAL:
+        return _join_nibbles(lo, hi, BN, NS, True), tl.arange(0, NS * 32)
+    return _join_nibbles(lo, hi, BN, NS, False), _nibble_pairs_kl(NS)
+
+
+@triton.jit
+def _decode_iq4_xs(w_ptr, row_off, n_ok, s0, n_sub, BN: tl.constexpr, NS: tl.constexpr, NATURAL: tl.constexpr):
+    """Sub-block j of a 136-byte block: 6-bit scale from scales_l / scales_h, qs[16j .. 16j+15]."""
+    s, ok = _sub_blocks(n_ok, s0, n_sub, NS)
+    blk = w_ptr + row_off + (s >> 3).to(tl.int64) * 136
+    j = s & 7
+    high = _u8(blk + 2, ok) | (_u8(blk + 3, ok) << 8)
+    ls = ((_u8(blk + 4 + (j >> 1), ok) >> (4 * (j & 1))) & 15) | (((high >> (2 * j)) & 3) << 4)
+    dl = _f16(blk, ok) * (ls - 32).to(tl.float32)
+    qs = _u8(blk + 8 + 16 * j + tl.arange(0, 16)[None, None, :], ok)
+    return _lut_tile(qs, dl, False, BN, NS, NATURAL)
+
+
+@triton.jit
+def _decode_q23_k(w_ptr, row_off, n_ok, s0, n_sub, Q3: tl.constexpr, BN: tl.constexpr, NS: tl.constexpr):
+    """q3_k (110 bytes) and q2_k (84): 32-element sub-block j is quarter j % 4 of half j / 4 (element
+    i's 2 low bits at bits 2 (j % 4) of qs[32 (j / 4) + i]); its two 16-element halves have their own
+    scales (q3_k: 6-bit, - 32; q2_k: 4-bit scale and min)."""
+    s, ok = _sub_blocks(n_ok, s0, n_sub, NS)
+    j = s & 7
+    i = tl.arange(0, 32)[None, None, :]
+    first = i < 16
+    if Q3:
+        blk = w_ptr + row_off + (s >> 3).to(tl.int64) * 110
+        low = (_u8(blk + 32 + 32 * (j >> 2) + i, ok) >> (2 * (j & 3))) & 3
+        q = low | (((_u8(blk + i, ok) >> j) & 1) << 2)
+        t0 = 2 * j
+        t1 = t0 + 1
+        sc0 = ((_u8(blk + 96 + (t0 & 7), ok) >> (4 * (t0 >> 3))) & 15) | (((_u8(blk + 104 + (t0 & 3), ok) >> (2 * (t0 >> 2))) & 3) << 4)
+        sc1 = ((_u8(blk + 96 + (t1 & 7), ok) >> (4 * (t1 >> 3))) & 15) | (((_u8(blk + 104 + (t1 & 3), ok) >> (2 * (t1 >> 2))) & 3) << 4)
+        d = _f16(blk + 108, ok)
+        dl = tl.where(first, d * (sc0 - 32).to(tl.float32), d * (sc1 - 32).to(tl.float32))
+        w = dl * (q - 4).to(tl.float32)
+    else:
+        blk = w_ptr + row_off + (s >> 3).to(tl.int64) * 84
+        q = (_u8(blk + 16 + 32 * (j >> 2) + i, ok) >> (2 * (j & 3))) & 3
+        sc = tl.where(first, _u8(blk + 2 * j, ok), _u8(blk + 2 * j + 1, ok))
+        dl = _f16(blk + 80, ok) * (sc & 15).to(tl.float32)
+        ml = _f16(blk + 82, ok) * (sc >> 4).to(tl.float32)
+        w = dl * q.to(tl.float32) - ml  # dl * q is exact: a fused multiply-add gives the same bits
+    return tl.reshape(w, (BN, NS * 32)), tl.arange(0, NS * 32)
+
+
+@triton.jit
 def decode_tile(w_ptr, row_off, n_ok, s0, n_sub, FMT: tl.constexpr, GROUP: tl.constexpr,
                 BN: tl.constexpr, NS: tl.constexpr, NATURAL: tl.constexpr):
     """Decode format ``FMT`` (formats_meta.FORMAT_CODES); see the module docstring. NATURAL asks
@@ -316,6 +405,16 @@ def decode_tile(w_ptr, row_off, n_ok, s0, n_sub, FMT: tl.constexpr, GROUP: tl.co
         w, kl = _decode_var_affine(w_ptr, row_off, n_ok, s0, n_sub, BN, NS)
     elif FMT == EXL3:
         w, kl = _decode_exl3(w_ptr, row_off, n_ok, s0, n_sub, BN, NS)
+    elif FMT == IQ4_NL:
+        w, kl = _decode_lut_nibbles(w_ptr, row_off, n_ok, s0, n_sub, False, BN, NS, NATURAL)
+    elif FMT == MXFP4:
+        w, kl = _decode_lut_nibbles(w_ptr, row_off, n_ok, s0, n_sub, True, BN, NS, NATURAL)
+    elif FMT == IQ4_XS:
+        w, kl = _decode_iq4_xs(w_ptr, row_off, n_ok, s0, n_sub, BN, NS, NATURAL)
+    elif FMT == Q3_K:
+        w, kl = _decode_q23_k(w_ptr, row_off, n_ok, s0, n_sub, True, BN, NS)
+    elif FMT == Q2_K:
+        w, kl = _decode_q23_k(w_ptr, row_off, n_ok, s0, n_sub, False, BN, NS)
     else:
         # A format without a branch here has no Triton decoder: fail at compile time, never decode
         # its bytes as another format's.
