@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import functools
 import inspect
+import os
 import sys
 import time
 
@@ -35,6 +36,8 @@ def parse_args(argv):
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--no-direct-heads", action="store_true",
                    help="use transformers' transposing attention instead of the direct-head layout")
+    p.add_argument("--tp", type=int, default=1,
+                   help="tensor-parallel ranks (launch: torchrun --nproc-per-node N -m torch_uqr generate --tp N)")
     args = p.parse_args(argv)
     if args.max_new_tokens < 1:
         p.error("--max-new-tokens must be >= 1")
@@ -129,6 +132,10 @@ def peak_memory_mib(device: torch.device) -> float:
 
 def main(argv=None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
+    if args.tp != 1 or "WORLD_SIZE" in os.environ:
+        from .tp import generate_main
+
+        return generate_main(args)
     from ..models.auto import gguf_tokenizer, load_gguf_model
     from ..models.llama import default_gguf_path, requantize, use_direct_heads
 
