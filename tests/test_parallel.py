@@ -137,3 +137,36 @@ def test_tiny_gguf_tp2_generates_the_tokens_of_one_process(tiny_llama, tmp_path)
         assert r["packed_bytes_shard_model"] == r["packed_bytes"]
     assert sum(r["packed_bytes"] for r in ranks) == full_bytes
     assert ranks[0]["kv_heads"] == [0, 1, 2] and ranks[0]["ffn"] == [0, 256, 512]
+
+
+def _answer(stdout: str) -> str:
+    """The generated text: what the command prints between the prompt line and the timing line."""
+    body = stdout.split("# prompt:", 1)[1].split("\n", 1)[1]
+    return body.split("\n\n# prefill", 1)[0]
+
+
+@pytest.mark.slow
+def test_generate_cli_tp2_under_torchrun_prints_the_one_process_text(tiny_llama):
+    import subprocess
+    import sys
+
+    path, _ = tiny_llama
+    common = ["generate", "--gguf", path, "--raw", "--prompt", "the cat sat", "--max-new-tokens", "10"]
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [os.getcwd(), os.environ.get("PYTHONPATH")])))
+    one = subprocess.run([sys.executable, "-m", "torch_uqr", *common], capture_output=True, text=True, env=env,
+                         timeout=600)
+    assert one.returncode == 0, one.stderr[-3000:]
+    two = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
+                          "--master-port", str(_port()), "-m", "torch_uqr", *common, "--tp", "2"],
+                         capture_output=True, text=True, env=env, timeout=600)
+    assert two.returncode == 0, two.stderr[-3000:]
+    assert "packed weights per rank" in two.stdout
+    assert _answer(two.stdout) == _answer(one.stdout) and _answer(one.stdout).strip()
+
+
+def test_generate_tp_without_torchrun_is_refused(monkeypatch):
+    from torch_uqr.cli import generate
+
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    with pytest.raises(SystemExit, match="--tp 2 needs 2 processes: launch with torchrun --nproc-per-node 2"):
+        generate.main(["--tp", "2", "--gguf", "unused.gguf"])
