@@ -141,3 +141,20 @@ def model(rank: int, world: int, port: int, path: str, n_tokens: int, out: str) 
     with open(os.path.join(out, f"rank{rank}.json"), "w") as f:
         json.dump(res, f)
     dist.destroy_process_group()
+
+
+def safetensors_model(rank: int, world: int, port: int, folder: str, out: str) -> None:
+    """A ``save_quantized`` file read into shards of a meta-device skeleton: first logits and bytes."""
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    _init(rank, world, port)
+    cfg = AutoConfig.from_pretrained(folder)
+    with torch.device("meta"):
+        m = AutoModelForCausalLM.from_config(cfg)
+    plan = parallel.load_quantized_sharded(m, os.path.join(folder, "model.safetensors"))
+    tokens, logits = _greedy(m, torch.tensor([PROMPT]), 6)
+    res = {"tokens": tokens, "logits": logits[0].tolist(), "packed_bytes": parallel.packed_weight_bytes(m),
+           "ffn": plan.ffn}
+    with open(os.path.join(out, f"rank{rank}.json"), "w") as f:
+        json.dump(res, f)
+    dist.destroy_process_group()

@@ -116,6 +116,7 @@ def tiny_llama(tmp_path_factory):
             os.environ["UQR_CACHE"] = old_cache
 
 
+@pytest.mark.slow  # whole-model runs in 2 processes: about a minute on the 2-core CI machine
 def test_tiny_gguf_tp2_generates_the_tokens_of_one_process(tiny_llama, tmp_path):
     from torch_uqr.models.auto import load_gguf_model
 
@@ -170,3 +171,26 @@ def test_generate_tp_without_torchrun_is_refused(monkeypatch):
     monkeypatch.delenv("WORLD_SIZE", raising=False)
     with pytest.raises(SystemExit, match="--tp 2 needs 2 processes: launch with torchrun --nproc-per-node 2"):
         generate.main(["--tp", "2", "--gguf", "unused.gguf"])
+
+
+@pytest.mark.slow
+def test_safetensors_of_save_quantized_loads_into_shards(tmp_path, monkeypatch):
+    from torch_uqr.nn import quantize_model, save_quantized
+
+    monkeypatch.setattr(tiny_gguf_models, "FFN", 512)
+    model = tiny_gguf_models.tiny_model("llama", seed=5)
+    # q4_k where K allows (the MLP's down_proj), q8_0 for the 128-wide layers and the head.
+    quantize_model(model, "q4_k", fallback="q8_0", progress=False, verbose=False)
+    folder = tmp_path / "ckpt"
+    folder.mkdir()
+    model.config.save_pretrained(folder)
+    save_quantized(model, str(folder / "model.safetensors"))
+    tokens, logits = parallel_workers._greedy(model, torch.tensor([parallel_workers.PROMPT]), 6)
+    ranks = _spawn(parallel_workers.safetensors_model, 2, tmp_path, str(folder))
+    full_bytes = parallel.packed_weight_bytes(model)
+    for rank, r in enumerate(ranks):
+        assert r["tokens"] == tokens, rank
+        diff = (torch.tensor(r["logits"]) - logits[0]).abs().max() / logits.abs().max()
+        assert diff < 1e-5, (rank, float(diff))
+    assert sum(r["packed_bytes"] for r in ranks) == full_bytes
+    assert ranks[0]["ffn"] == [0, 256, 512]

@@ -16,7 +16,8 @@ layer, one after the vocabulary-parallel embedding and one all-gather of the log
   tied head sharing the embedding shard's bytes.
 
 ``shard_model(model, mesh)`` applies this plan to a model already in memory; ``load_sharded(path)``
-builds it straight from a GGUF file, each rank reading only the byte ranges of its shards.
+builds it straight from a GGUF file and ``load_quantized_sharded(skeleton, path)`` from a
+safetensors file of ``save_quantized``, each rank reading only the byte ranges of its shards.
 Splits need not be equal: N (heads, intermediate features, vocabulary) is divided as evenly as
 its unit allows, so e.g. 3 key/value heads run on 2 ranks as 2 + 1.
 """
@@ -42,7 +43,8 @@ from .nn import QuantEmbedding, QuantLinear
 from .qtensor import QTensor
 
 __all__ = ["balanced_split", "check_k_split", "shard_rows", "shard_cols", "RowParallel", "VocabParallelEmbedding",
-           "GatheredHead", "TPPlan", "megatron_plan", "shard_model", "load_sharded", "packed_weight_bytes",
+           "GatheredHead", "TPPlan", "megatron_plan", "shard_model", "load_sharded", "load_quantized_sharded",
+           "packed_weight_bytes",
            "comm_timer", "process_group"]
 
 Group = Optional["dist.ProcessGroup"]
@@ -470,25 +472,40 @@ def _gguf_row_bytes(info: dict, types: dict) -> tuple[int, int, int, int]:
     return N, dims[0], block, type_bytes
 
 
-def _read_shard(fd: int, start: int, info: dict, types: dict, rows: Optional[tuple[int, int]],
-                cols: Optional[tuple[int, int]], what: str) -> tuple[bytearray, dict]:
-    """The bytes of rows ``rows`` / columns ``cols`` of a stored tensor, read with ``pread``
-    (nothing else of the file enters this process), and its local tensor info."""
-    N, K, block, type_bytes = _gguf_row_bytes(info, types)
-    row_bytes = K // block * type_bytes
-    r0, r1 = rows or (0, N)
-    c0, c1 = cols or (0, K)
-    if cols is not None:
-        check_k_split(K, (c0, c1), block, f"{what} ({info['type']}, K={K})")
-    b0, b1 = c0 // block * type_bytes, c1 // block * type_bytes
-    buf = bytearray((r1 - r0) * (b1 - b0))
-    view = memoryview(buf)
+def _read_ranges(fd: int, start: int, n_rows: int, row_bytes: int, rows: Optional[tuple[int, int]],
+                 byte_cols: Optional[tuple[int, int]], what: str) -> bytearray:
+    """Rows ``rows`` and, of each, bytes ``byte_cols`` of a ``[n_rows, row_bytes]`` tensor stored at
+    ``start``, read with ``pread``: nothing else of the file enters this process."""
+    r0, r1 = rows or (0, n_rows)
+    b0, b1 = byte_cols or (0, row_bytes)
     width = b1 - b0
+    buf = bytearray((r1 - r0) * width)
+    view = memoryview(buf)
     if width == row_bytes:  # whole rows: one contiguous range
         _pread_into(fd, view, start + r0 * row_bytes, what)
     else:
         for i, r in enumerate(range(r0, r1)):
             _pread_into(fd, view[i * width:(i + 1) * width], start + r * row_bytes + b0, what)
+    return buf
+
+
+def _byte_cols(K: int, cols: Optional[tuple[int, int]], block: int, block_bytes: int,
+               what: str) -> Optional[tuple[int, int]]:
+    """The byte range of weight columns ``cols`` in a row of blocks; a split inside a block is refused."""
+    if cols is None:
+        return None
+    check_k_split(K, cols, block, what)
+    return cols[0] // block * block_bytes, cols[1] // block * block_bytes
+
+
+def _read_shard(fd: int, start: int, info: dict, types: dict, rows: Optional[tuple[int, int]],
+                cols: Optional[tuple[int, int]], what: str) -> tuple[bytearray, dict]:
+    """The bytes of rows ``rows`` / columns ``cols`` of a stored GGUF tensor, and its local tensor info."""
+    N, K, block, type_bytes = _gguf_row_bytes(info, types)
+    byte_cols = _byte_cols(K, cols, block, type_bytes, f"{what} ({info['type']}, K={K})")
+    buf = _read_ranges(fd, start, N, K // block * type_bytes, rows, byte_cols, what)
+    r0, r1 = rows or (0, N)
+    c0, c1 = cols or (0, K)
     dims = [c1 - c0] + ([r1 - r0] if len(info["dims"]) > 1 else [])
     return buf, dict(info, dims=dims, nbytes=len(buf))
 
@@ -601,3 +618,180 @@ def _wrap_row(local: nn.Module, group: Group) -> RowParallel:
         else:
             local.register_parameter("bias", None)
     return RowParallel(local, bias, group)
+
+
+# ---- safetensors files written by save_quantized ----------------------------------------------
+
+_ST_DTYPES = {"U8": torch.uint8, "I8": torch.int8, "I16": torch.int16, "I32": torch.int32, "I64": torch.int64,
+              "F16": torch.float16, "BF16": torch.bfloat16, "F32": torch.float32, "F64": torch.float64,
+              "BOOL": torch.bool}
+
+
+class _SafetensorsShards:
+    """Byte ranges of the tensors of one safetensors file, read with ``pread`` (header checked first)."""
+
+    def __init__(self, path: str):
+        import json
+        import struct
+
+        self.path = path
+        self.fd = os.open(path, os.O_RDONLY)
+        size = os.fstat(self.fd).st_size
+        head = os.pread(self.fd, 8, 0)
+        n = struct.unpack("<Q", head)[0] if len(head) == 8 else -1
+        if not 0 < n <= size - 8:
+            raise ValueError(f"{path!r}: not a safetensors file (header length {n}, file size {size})")
+        try:
+            header = json.loads(os.pread(self.fd, n, 8))
+        except ValueError as e:
+            raise ValueError(f"{path!r}: the safetensors header is not valid JSON: {e}") from None
+        header.pop("__metadata__", None)
+        self.data_start, self.header = 8 + n, header
+        for key, info in header.items():
+            a, b = info["data_offsets"]
+            dtype = _ST_DTYPES.get(info["dtype"])
+            if dtype is None:
+                raise ValueError(f"{path!r}: tensor {key!r} has dtype {info['dtype']}, not one torch_uqr reads")
+            if not 0 <= a <= b <= size - self.data_start or b - a != math.prod(info["shape"]) * dtype.itemsize:
+                raise ValueError(f"{path!r}: tensor {key!r} bytes {a}..{b} disagree with its shape or the file size")
+
+    def close(self) -> None:
+        os.close(self.fd)
+
+    def __contains__(self, key: str) -> bool:
+        return key in self.header
+
+    def read(self, key: str, rows: Optional[tuple[int, int]] = None, byte_cols: Optional[tuple[int, int]] = None):
+        """Rows ``rows`` and, of each, bytes ``byte_cols`` (a 1-D tensor: bytes of its only row)."""
+        info = self.header[key]
+        dtype, shape = _ST_DTYPES[info["dtype"]], list(info["shape"])
+        N, C = (shape[0], math.prod(shape[1:])) if len(shape) > 1 else (1, math.prod(shape))
+        item = dtype.itemsize
+        buf = _read_ranges(self.fd, self.data_start + info["data_offsets"][0], N, C * item, rows, byte_cols,
+                           f"{self.path!r}: {key}")
+        t = torch.frombuffer(buf, dtype=dtype) if buf else torch.empty(0, dtype=dtype)
+        r0, r1 = rows or (0, N)
+        width = (byte_cols[1] - byte_cols[0]) // item if byte_cols else C
+        return t.reshape(width) if len(shape) <= 1 else t.reshape(r1 - r0, width)
+
+
+def _st_linear(src: _SafetensorsShards, name: str, rows=None, cols=None, out_heads: int = 0) -> nn.Module:
+    """The shard (``rows`` or K columns ``cols``) of a linear layer stored by ``save_quantized``:
+    a QuantLinear where the file has its packed bytes, else an nn.Linear."""
+    from .nn.linear import _decode_fmt, _decode_shape
+
+    has_bias = f"{name}.bias" in src
+    bias = None
+    if has_bias:
+        item = _ST_DTYPES[src.header[f"{name}.bias"]["dtype"]].itemsize
+        bias = src.read(f"{name}.bias", byte_cols=None if rows is None else (rows[0] * item, rows[1] * item))
+    if f"{name}.weight_format" in src:
+        fmt = _decode_fmt(src.read(f"{name}.weight_format"))
+        N, K, g, in_features = _decode_shape(src.read(f"{name}.weight_shape"))
+        block, nbytes = format_table.spec(fmt).block_geometry(g)
+        if cols is not None and in_features != K:
+            raise ValueError(f"{name}: a zero-padded weight (in_features {in_features} < packed K {K}) cannot be "
+                             "split row-parallel")
+        data = src.read(f"{name}.weight", rows, _byte_cols(K, cols, block, nbytes, f"{name} ({fmt}, K={K})"))
+        r0, r1 = rows or (0, N)
+        c0, c1 = cols or (0, K)
+        qt = QTensor._validated(data, fmt, (r1 - r0, c1 - c0), **({"group_size": g} if format_table.spec(fmt).grouped
+                                                                   else {}))
+        local = QuantLinear(qt, None if cols is not None else bias, out_heads=out_heads,
+                            in_features=None if cols is not None else in_features)
+    else:
+        item = _ST_DTYPES[src.header[f"{name}.weight"]["dtype"]].itemsize
+        w = src.read(f"{name}.weight", rows, None if cols is None else (cols[0] * item, cols[1] * item))
+        local = nn.Linear(w.shape[1], w.shape[0], bias=bias is not None and cols is None, dtype=w.dtype)
+        with torch.no_grad():
+            local.weight.copy_(w)
+            if bias is not None and cols is None:
+                local.bias.copy_(bias)
+        local.requires_grad_(False)
+    return local if cols is None else (local, bias)
+
+
+def load_quantized_sharded(model: nn.Module, path: str, mesh=None, *, device="cpu") -> TPPlan:
+    """Fill ``model`` (a skeleton, e.g. built on the meta device) with this rank's shards of a
+    safetensors file written by ``save_quantized``, reading only their byte ranges; returns the plan.
+
+    The model's module names must be the file's. Layers split as in :func:`shard_model`; float
+    tensors of the other modules (norms) are read whole. Non-persistent buffers (rotary tables)
+    are computed by transformers' initializer, as ``from_pretrained`` does.
+    """
+    from .models.auto import _materialize_buffers
+    from .nn.linear import _decode_fmt, _decode_shape
+
+    group, rank, world = process_group(mesh)
+    _fused_check(model)
+    src = _SafetensorsShards(os.fspath(path))
+    try:
+        attns, mlps = _layers(model, _ATTN), _layers(model, _MLP)
+
+        def k_block(name: str) -> int:
+            if f"{name}.weight_format" not in src:
+                return 1
+            _, _, g, _ = _decode_shape(src.read(f"{name}.weight_shape"))
+            return _block(_decode_fmt(src.read(f"{name}.weight_format")), g)
+
+        plan = megatron_plan(model.config, world, rank, o_blocks=[k_block(f"{n}.o_proj") for n, _ in attns],
+                             down_blocks=[k_block(f"{n}.down_proj") for n, _ in mlps])
+        done: set[str] = set()
+        for name, a in attns:
+            a.q_proj = _st_linear(src, f"{name}.q_proj", rows=plan.q_rows)
+            a.k_proj = _st_linear(src, f"{name}.k_proj", rows=plan.kv_rows)
+            a.v_proj = _st_linear(src, f"{name}.v_proj", rows=plan.kv_rows)
+            a.o_proj = RowParallel(*_st_linear(src, f"{name}.o_proj", cols=plan.q_rows), group)
+            _set_local_heads(a, plan)
+            done |= {f"{name}.{p}" for p in _ATTN}
+        for name, m in mlps:
+            m.gate_proj = _st_linear(src, f"{name}.gate_proj", rows=plan.span(plan.ffn))
+            m.up_proj = _st_linear(src, f"{name}.up_proj", rows=plan.span(plan.ffn))
+            m.down_proj = RowParallel(*_st_linear(src, f"{name}.down_proj", cols=plan.span(plan.ffn)), group)
+            done |= {f"{name}.{p}" for p in _MLP}
+        names = {mod: n for n, mod in model.named_modules()}
+        emb, head = model.get_input_embeddings(), model.get_output_embeddings()
+        emb_name = names[emb]
+        v0, v1 = plan.span(plan.vocab)
+        table = src.read(f"{emb_name}.weight", rows=(v0, v1))
+        local_emb = nn.Embedding(v1 - v0, table.shape[1], dtype=table.dtype).requires_grad_(False)
+        with torch.no_grad():
+            local_emb.weight.copy_(table)
+        scale = getattr(emb, "scalar_embed_scale", None)  # scaled embeddings (Gemma 3)
+        done.add(emb_name)
+        if head is not None:
+            head_name = names[head]
+            if f"{head_name}.weight" in src:
+                local_head = _st_linear(src, head_name, rows=(v0, v1))
+            else:  # tied: the head reads the embedding shard
+                local_head = nn.Linear(table.shape[1], v1 - v0, bias=False, dtype=table.dtype)
+                local_head.weight = local_emb.weight
+            done.add(head_name)
+        for key, t in list(model.state_dict(keep_vars=True).items()):
+            module_name, _, leaf = key.rpartition(".")
+            if any(module_name == d or module_name.startswith(d + ".") for d in done):
+                continue
+            if key in src:
+                module = model.get_submodule(module_name)
+                value = src.read(key).reshape(t.shape).to(t.dtype)
+                if leaf in module._parameters:
+                    p = nn.Parameter(value, requires_grad=False)
+                    p._is_hf_initialized = True
+                    module._parameters[leaf] = p
+                else:
+                    module._buffers[leaf] = value
+    finally:
+        src.close()
+    local_emb = local_emb if scale is None else _Scaled(local_emb, float(scale))
+    model.set_input_embeddings(VocabParallelEmbedding(local_emb, v0, v1, group))
+    if head is not None:
+        model.set_output_embeddings(GatheredHead(local_head, plan.sizes(plan.vocab), group))
+        if hasattr(model, "all_tied_weights_keys"):
+            model.all_tied_weights_keys = {}
+        model.config.tie_word_embeddings = False
+    missing = [n for n, p in model.named_parameters() if p.is_meta]
+    if missing:
+        raise ValueError(f"{path}: the file has no tensor for {', '.join(missing)}")
+    _materialize_buffers(model, torch.device(device))
+    model.to(device)
+    return plan
