@@ -29,8 +29,8 @@ import os
 import re
 import time
 from contextlib import contextmanager
-from dataclasses import dataclass, field
-from typing import Iterator, Optional, Sequence, Union
+from dataclasses import dataclass
+from typing import Iterator, Optional, Sequence
 
 import numpy as np
 import torch
@@ -126,9 +126,8 @@ def balanced_split(total: int, parts: int, unit: int = 1, what: str = "dimension
         raise ValueError(f"{what}: {total} is not a multiple of its split unit {unit}")
     units = total // unit
     if units < parts:
-        valid = [d for d in range(1, units + 1)]
         raise ValueError(f"{what}: {total} = {units} x {unit} cannot be split over {parts} ranks (each needs at "
-                         f"least one unit of {unit}); valid rank counts: 1..{max(valid, default=1)}")
+                         f"least one unit of {unit}); valid rank counts: 1..{max(units, 1)}")
     q, r = divmod(units, parts)
     bounds = [0]
     for i in range(parts):
@@ -250,7 +249,6 @@ class TPPlan:
     kv_heads: list[int]           # boundaries over key/value heads
     ffn: list[int]                # boundaries over the MLP's intermediate features
     vocab: list[int]              # boundaries over the vocabulary
-    notes: list[str] = field(default_factory=list)
 
     def span(self, bounds: list[int], scale: int = 1) -> tuple[int, int]:
         return bounds[self.rank] * scale, bounds[self.rank + 1] * scale
