@@ -84,7 +84,7 @@ def test_plan_refuses_a_rank_count_without_valid_splits():
                       head_dim=32, vocab_size=100)
     plan = parallel.megatron_plan(cfg, 2, 1, o_blocks=[32], down_blocks=[32])
     assert plan.kv_heads == [0, 1, 2] and plan.ffn == [0, 128, 256] and plan.q_rows == (64, 128)
-    with pytest.raises(ValueError, match="intermediate_size.*256 = 1 x 256 cannot be split over 2 ranks"):
+    with pytest.raises(ValueError, match=r"intermediate_size.*256 splits into at most 1 piece\(s\) on multiples of 256, fewer than the 2 ranks"):
         parallel.megatron_plan(cfg, 2, 0, o_blocks=[32], down_blocks=[32, 256])
     with pytest.raises(ValueError, match="key/value heads"):
         parallel.megatron_plan(cfg, 4, 0, o_blocks=[32], down_blocks=[32])
@@ -94,6 +94,9 @@ def test_plan_refuses_a_rank_count_without_valid_splits():
     p = parallel.megatron_plan(cfg3, 2, 1, o_blocks=[32], down_blocks=[32])
     assert p.kv_heads == [0, 2, 3] and p.q_rows == (6 * 64, 9 * 64) and p.local_heads == (3, 1)
     assert p.ffn == [0, 768, 1536] and p.vocab == [0, 24576, 49152]
+    # An inner boundary must be a unit multiple, the end need not be: 3 kv heads, unit 2 -> 2 + 1.
+    assert parallel.balanced_split(3, 2, 2) == [0, 2, 3]
+    assert parallel.balanced_split(1000, 3, 256) == [0, 512, 768, 1000]
 
 
 @pytest.fixture(scope="module")

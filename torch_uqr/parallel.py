@@ -120,18 +120,17 @@ def _all_gather_last(y: torch.Tensor, sizes: Sequence[int], group: Group) -> tor
 # ---- split rules -------------------------------------------------------------------------------
 
 def balanced_split(total: int, parts: int, unit: int = 1, what: str = "dimension") -> list[int]:
-    """Boundaries ``[0, b1, ..., total]`` of ``parts`` pieces, each a whole number of ``unit``,
-    sizes differing by at most one unit. ValueError when some piece would be empty."""
-    if total % unit:
-        raise ValueError(f"{what}: {total} is not a multiple of its split unit {unit}")
-    units = total // unit
-    if units < parts:
-        raise ValueError(f"{what}: {total} = {units} x {unit} cannot be split over {parts} ranks (each needs at "
-                         f"least one unit of {unit}); valid rank counts: 1..{max(units, 1)}")
-    q, r = divmod(units, parts)
+    """Boundaries ``[0, b1, ..., total]`` of ``parts`` pieces whose inner boundaries are multiples of
+    ``unit``, as even as that allows (the end, ``total``, is always a valid boundary). ValueError
+    when some piece would be empty."""
+    n = -(-total // unit)  # slots of `unit`, the last one possibly partial
+    if n < parts:
+        raise ValueError(f"{what}: {total} splits into at most {n} piece(s) on multiples of {unit}, fewer than "
+                         f"the {parts} ranks; valid rank counts: 1..{max(n, 1)}")
+    q, r = divmod(n, parts)
     bounds = [0]
     for i in range(parts):
-        bounds.append(bounds[-1] + (q + (i < r)) * unit)
+        bounds.append(min(total, bounds[-1] + (q + (i < r)) * unit))
     return bounds
 
 
