@@ -197,3 +197,36 @@ def test_safetensors_of_save_quantized_loads_into_shards(tmp_path, monkeypatch):
         assert diff < 1e-5, (rank, float(diff))
     assert sum(r["packed_bytes"] for r in ranks) == full_bytes
     assert ranks[0]["ffn"] == [0, 256, 512]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("arch", ["qwen2", "gemma3"])  # q/k/v biases and a tied head; scaled embedding, q/k norms
+def test_other_architectures_tp2(arch, tmp_path, monkeypatch):
+    from torch_uqr.models.auto import load_gguf_model
+
+    monkeypatch.setattr(tiny_gguf_models, "FFN", 512)
+    monkeypatch.setenv("UQR_CACHE", str(tmp_path / "cache"))
+    path = str(tmp_path / f"{arch}.gguf")
+    tiny_gguf_models.write_tiny_gguf(arch, path, seed=1)
+    ranks = _spawn(parallel_workers.model, 2, tmp_path, path, 8)
+    full, _ = load_gguf_model(path)
+    tokens, logits = parallel_workers._greedy(full, torch.tensor([parallel_workers.PROMPT]), 8)
+    for rank, r in enumerate(ranks):
+        assert r["tokens"] == tokens and r["tokens_shard_model"] == tokens, rank
+        assert (torch.tensor(r["logits"]) - logits[0]).abs().max() / logits.abs().max() < 1e-5
+    assert sum(r["packed_bytes"] for r in ranks) == parallel.packed_weight_bytes(full)
+
+
+def test_fused_projections_are_refused(tmp_path):
+    import gguf
+    import numpy as np
+
+    path = str(tmp_path / "fused.gguf")
+    w = gguf.GGUFWriter(path, "phi3")
+    w.add_tensor("blk.0.attn_qkv.weight", np.zeros((6, 32), dtype=np.float32))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    with pytest.raises(NotImplementedError, match=r"fused projections \(blk\.0\.attn_qkv\.weight\)"):
+        parallel.load_sharded(path)

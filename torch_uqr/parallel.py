@@ -534,7 +534,6 @@ def load_sharded(path: str, mesh=None, *, device="cpu", dtype: torch.dtype = tor
     group, rank, world = process_group(mesh)
     path = os.fspath(path)
     what = f"GGUF file {path!r}"
-    full_cfg = gguf_config(path)
     mm = _map(path, what)  # only the header pages are touched through the map
     positions, infos, data_start = _walk_header(mm, len(mm), what)
     types = _ggml_types()
@@ -543,6 +542,7 @@ def load_sharded(path: str, mesh=None, *, device="cpu", dtype: torch.dtype = tor
     if fused:
         raise NotImplementedError(f"{path}: fused projections ({fused[0]}) are not split by the tensor-parallel "
                                   "plan yet")
+    full_cfg = gguf_config(path)
 
     def k_blocks(role: str) -> list[int]:
         return [_gguf_row_bytes(t, types)[2] for n, t in by_name.items()
