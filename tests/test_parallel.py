@@ -101,7 +101,7 @@ def test_plan_refuses_a_rank_count_without_valid_splits():
 
 @pytest.fixture(scope="module")
 def tiny_llama(tmp_path_factory):
-    """A tiny llama GGUF (q4_0 / q8_0 / q4_1 / q4_k and a Q5_0 tensor decoded to float) whose MLP
+    """A tiny llama GGUF (q4_0 / q8_0 / q4_1 / q4_k and the ggml type of ``NON_NATIVE``) whose MLP
     width lets q4_k's 256-weight super-blocks split over 2 ranks."""
     folder = tmp_path_factory.mktemp("tp_gguf")
     old_ffn, old_cache = tiny_gguf_models.FFN, os.environ.get("UQR_CACHE")
@@ -124,7 +124,8 @@ def test_tiny_gguf_tp2_generates_the_tokens_of_one_process(tiny_llama, tmp_path)
     from torch_uqr.models.auto import load_gguf_model
 
     path, types = tiny_llama
-    assert {"Q4_0", "Q8_0", "Q4_1", "Q4_K", "Q5_0"} <= set(types.values())
+    assert {"Q4_0", "Q8_0", "Q4_1", "Q4_K"} <= set(types.values())
+    assert all(types[name] == t.name for name, t in tiny_gguf_models.NON_NATIVE["llama"].items())
     n = 12
     ranks = _spawn(parallel_workers.model, 2, tmp_path, path, n)
     full, _ = load_gguf_model(path)
