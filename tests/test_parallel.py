@@ -36,7 +36,7 @@ def _spawn(fn, world: int, out, *args) -> list[dict]:
     return [json.load(open(os.path.join(out, f"rank{r}.json"))) for r in range(world)]
 
 
-@pytest.mark.parametrize("world", [2, 4])
+@pytest.mark.parametrize("world", [2, pytest.param(4, marks=pytest.mark.slow)])  # 4 processes on 2 cores: ~90 s
 def test_sharded_layers_equal_unsharded_for_every_format(world, tmp_path):
     ranks = _spawn(parallel_workers.layers, world, tmp_path)
     cases = [f + (f"/g{g}" if g else "") for f, g in table.format_cases()]
