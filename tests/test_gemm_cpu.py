@@ -10,6 +10,7 @@ import pytest
 import torch
 
 import torch_uqr as uqr
+from torch_uqr.formats import table as format_table
 from gemm_helpers import FORMAT_CASES, FORMAT_IDS, assert_close, quantized, randn, reference, weights
 
 N_ODD = 70  # not a multiple of the 4-row tiles, the 64-row work units, or the 16-row panels
@@ -20,7 +21,7 @@ pytestmark = pytest.mark.usefixtures("poisoned_outputs")
 
 
 def k_for(fmt: str) -> int:
-    return 512 if fmt in ("q4_k", "var_affine", "exl3") else 384
+    return 512 if format_table.spec(fmt).block == 256 else 384
 
 
 def paths_for(fmt: str) -> list[str]:

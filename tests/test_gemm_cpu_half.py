@@ -20,6 +20,7 @@ import pytest
 import torch
 
 import torch_uqr as uqr
+from torch_uqr.formats import table as format_table
 from gemm_helpers import FORMAT_CASES, FORMAT_IDS, SEED, assert_close, randn, reference, weights
 
 N_ODD = 70
@@ -30,7 +31,7 @@ pytestmark = pytest.mark.usefixtures("poisoned_outputs")
 
 
 def k_for(fmt: str) -> int:
-    return 256 if fmt in ("q4_k", "var_affine", "exl3") else 384
+    return 256 if format_table.spec(fmt).block == 256 else 384
 
 
 def library_path(dtype: torch.dtype, rows: int, path: str) -> bool:
