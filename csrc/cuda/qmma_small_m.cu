@@ -300,6 +300,7 @@ const char* qmma_unsupported(const uqr_gemm_params& p, int rows, bool half_x, ui
     default: return "format not handled by this kernel";
   }
   const int n = stage_blocks(p.group_size, p.block_bytes);
+  if (n * p.group_size > kQmmaMaxStageElems) return "the format's stage is too large for these kernels";
   if (p.K % (n * p.group_size)) return "K must be a multiple of the stage";
   if (p.x_head_dim % (n * p.group_size)) return "x's head dim must be a multiple of the stage";
   if (w_addr % 16 || w_row_stride % 16) return "weight rows must be 16-byte aligned";

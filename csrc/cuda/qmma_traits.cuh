@@ -36,6 +36,11 @@ __host__ __device__ constexpr int stage_blocks(int block_elems, int block_bytes)
   return n;
 }
 
+// The largest stage the kernels take (mlx4 g = 128's 512 elements). A larger one does not fit
+// their shared memory: q6_k's 210-byte blocks need 8 a stage (2048 elements) to keep the 16-byte
+// copies aligned, so q6_k is left to the Triton kernels (qmma_unsupported, dispatch.qmma_fits).
+constexpr int kQmmaMaxStageElems = 512;
+
 struct QmmaArgs {
   uqr_gemm_params p;
   const void* x;
@@ -397,7 +402,9 @@ struct Traits<UQR_Q5_K> {
 // once to T, as exl3; kPrescaled), one scale per k-step. Half h = s / 4 of the block: k-step kk of
 // lane c has elements e = 32 (s % 4) + 16 kk + 4 c .. + 3 of the half, low nibbles at
 // ql[64 h + e % 64] (high nibble for e >= 64), top 2 bits at bits 2 (s % 4) of qh[32 h + e % 32].
-// 210-byte blocks are only 2-byte aligned: words are read as two halves.
+// 210-byte blocks are only 2-byte aligned: words are read as two halves. Its stage (8 blocks) is
+// above kQmmaMaxStageElems, so with_format does not instantiate the kernels for it yet: these
+// traits give the stage size that excludes it and the decode a smaller stage will use.
 template <>
 struct Traits<UQR_Q6_K> {
   static constexpr int kElems = 256, kSubs = 8;
@@ -850,8 +857,13 @@ struct Traits<UQR_Q2_K> {
 template <class Fn>
 cudaError_t with_format(const uqr_gemm_params& p, Fn&& fn) {
   switch (p.fmt) {
-#define UQR_TRAITS_CASE(id, name) \
-  case id: return fn(Traits<id>{});
+#define UQR_TRAITS_CASE(id, name)                                                   \
+  case id:                                                                          \
+    if constexpr (RowRing<Traits<id>>::kStageElems <= kQmmaMaxStageElems) {         \
+      return fn(Traits<id>{});                                                      \
+    } else {                                                                        \
+      return cudaErrorInvalidValue;                                                 \
+    }
     UQR_FIXED_BLOCK_LIST(UQR_TRAITS_CASE)
 #undef UQR_TRAITS_CASE
     case UQR_MLX4:

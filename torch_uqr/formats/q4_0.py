@@ -26,14 +26,20 @@ def join_nibbles(codes: torch.Tensor) -> torch.Tensor:
     return (codes[..., :16] | (codes[..., 16:] << 4)).to(torch.uint8)
 
 
+def symmetric_codes(x: torch.Tensor, zero: int, name: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """ggml's q4_0 / q5_0 rounding of blocks ``x`` ``[n, 32]`` with codes 0..2·zero-1 around
+    ``zero``: ``d = v/-zero`` for the element v of largest magnitude (the first on ties), codes
+    ``trunc(x/d + zero + 0.5)``. Returns (fp16-rounded d ``[n]``, codes ``[n, 32]``)."""
+    imax = x.abs().argmax(-1, keepdim=True)
+    d = torch.gather(x, 1, imax).squeeze(1) / -zero
+    inv = torch.where(d != 0, 1.0 / d, torch.zeros_like(d))
+    q = torch.trunc(x * inv.unsqueeze(1) + (zero + 0.5)).clamp(0, 2 * zero - 1)
+    return f16_or_raise(d, name, "scale d"), q
+
+
 def quantize(w: torch.Tensor, group_size: int = 0) -> torch.Tensor:
     """ggml's reference quantizer, bit for bit: ``d = v/-8`` for the element v of largest magnitude."""
-    x = w.reshape(-1, BLOCK)
-    imax = x.abs().argmax(-1, keepdim=True)
-    d = torch.gather(x, 1, imax).squeeze(1) / -8
-    inv = torch.where(d != 0, 1.0 / d, torch.zeros_like(d))
-    q = torch.trunc(x * inv.unsqueeze(1) + 8.5).clamp(0, 15)
-    d = f16_or_raise(d, NAME, "scale d")
+    d, q = symmetric_codes(w.reshape(-1, BLOCK), 8, NAME)
     return torch.cat([f16_field(d), join_nibbles(q)], 1).reshape(w.shape[0], -1)
 
 

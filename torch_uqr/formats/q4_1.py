@@ -15,16 +15,20 @@ BLOCK = 32
 BLOCK_BYTES = 20
 
 
-def quantize(w: torch.Tensor, group_size: int = 0) -> torch.Tensor:
-    """ggml's reference quantizer, bit for bit: ``d = (max - min)/15``, ``m = min``."""
-    x = w.reshape(-1, BLOCK)
+def min_max_codes(x: torch.Tensor, qmax: int, name: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """ggml's q4_1 / q5_1 rounding of blocks ``x`` ``[n, 32]``: ``d = (max - min)/qmax``,
+    ``m = min``, codes ``trunc((x - min)/d + 0.5)``. Returns fp16-rounded (d, m) ``[n]`` and codes."""
     lo = x.min(1).values
     hi = x.max(1).values
-    d = (hi - lo) / 15
+    d = (hi - lo) / qmax
     inv = torch.where(d != 0, 1.0 / d, torch.zeros_like(d))
-    q = torch.trunc((x - lo.unsqueeze(1)) * inv.unsqueeze(1) + 0.5).clamp(0, 15)
-    d = f16_or_raise(d, NAME, "scale d")
-    m = f16_or_raise(lo, NAME, "min m", tolerance=None)
+    q = torch.trunc((x - lo.unsqueeze(1)) * inv.unsqueeze(1) + 0.5).clamp(0, qmax)
+    return f16_or_raise(d, name, "scale d"), f16_or_raise(lo, name, "min m", tolerance=None), q
+
+
+def quantize(w: torch.Tensor, group_size: int = 0) -> torch.Tensor:
+    """ggml's reference quantizer, bit for bit: ``d = (max - min)/15``, ``m = min``."""
+    d, m, q = min_max_codes(w.reshape(-1, BLOCK), 15, NAME)
     return torch.cat([f16_field(d), f16_field(m), join_nibbles(q)], 1).reshape(w.shape[0], -1)
 
 

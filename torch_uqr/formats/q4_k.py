@@ -124,23 +124,32 @@ def _quantize_search(w: torch.Tensor) -> torch.Tensor:
     return torch.cat(fields, 1).reshape(w.shape[0], -1)
 
 
-def decode(data: torch.Tensor, N: int, K: int, group_size: int = 0) -> torch.Tensor:
-    """Exact float32 ``[N, K]``: ``(d·sc)·q - dmin·m`` (both products exact in float32)."""
-    b = as_blocks(data, BLOCK_BYTES)
+def k_decode(b: torch.Tensor, codes: torch.Tensor) -> torch.Tensor:
+    """Blocks ``b`` ``[n, bytes]`` of q4_k or q5_k (d, dmin, 12 scale bytes first) with their codes
+    ``[n, 256]`` -> float32 ``[n, 256]``: ``(d·sc)·q - dmin·m`` (both products exact in float32)."""
     d = read_f16(b, 0).unsqueeze(1)
     dmin = read_f16(b, 2).unsqueeze(1)
     sc, m = unpack_scales(b[:, 4:16])
     step = (d * sc.float()).unsqueeze(2)
     low = (dmin * m.float()).unsqueeze(2)
-    q = split_qs(b[:, 16:144]).reshape(-1, 8, 32).float()
-    return (step * q - low).reshape(N, K)
+    return (step * codes.reshape(-1, 8, 32).float() - low).reshape(-1, 256)
+
+
+def k_validate(b: torch.Tensor, name: str) -> None:
+    """Reject non-finite ``d`` or ``dmin`` of q4_k / q5_k blocks (every other bit pattern is valid)."""
+    require_finite_f16(read_f16(b, 0), name, "scale d")
+    require_finite_f16(read_f16(b, 2), name, "scale dmin")
+
+
+def decode(data: torch.Tensor, N: int, K: int, group_size: int = 0) -> torch.Tensor:
+    """Exact float32 ``[N, K]``: ``(d·sc)·q - dmin·m`` (both products exact in float32)."""
+    b = as_blocks(data, BLOCK_BYTES)
+    return k_decode(b, split_qs(b[:, 16:144])).reshape(N, K)
 
 
 def validate(data: torch.Tensor, N: int, K: int, group_size: int = 0) -> None:
     """Reject non-finite ``d`` or ``dmin`` (all 6-bit scale/min patterns are valid)."""
-    b = as_blocks(data, BLOCK_BYTES)
-    require_finite_f16(read_f16(b, 0), NAME, "scale d")
-    require_finite_f16(read_f16(b, 2), NAME, "scale dmin")
+    k_validate(as_blocks(data, BLOCK_BYTES), NAME)
 
 
 def random_blocks(N: int, K: int, generator: torch.Generator, group_size: int = 0) -> torch.Tensor:

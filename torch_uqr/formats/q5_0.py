@@ -8,8 +8,8 @@ from __future__ import annotations
 import torch
 
 from ._bytes import as_blocks, f16_field, random_f16, read_f16
-from ._checks import f16_or_raise, require_finite_f16
-from .q4_0 import join_nibbles, split_nibbles
+from ._checks import require_finite_f16
+from .q4_0 import join_nibbles, split_nibbles, symmetric_codes
 
 NAME = "q5_0"
 BLOCK = 32
@@ -36,12 +36,7 @@ def join_codes(codes: torch.Tensor) -> torch.Tensor:
 
 def quantize(w: torch.Tensor, group_size: int = 0) -> torch.Tensor:
     """ggml's reference quantizer, bit for bit: ``d = v/-16`` for the element v of largest magnitude."""
-    x = w.reshape(-1, BLOCK)
-    imax = x.abs().argmax(-1, keepdim=True)
-    d = torch.gather(x, 1, imax).squeeze(1) / -16
-    inv = torch.where(d != 0, 1.0 / d, torch.zeros_like(d))
-    q = torch.trunc(x * inv.unsqueeze(1) + 16.5).clamp(0, 31)
-    d = f16_or_raise(d, NAME, "scale d")
+    d, q = symmetric_codes(w.reshape(-1, BLOCK), 16, NAME)
     return torch.cat([f16_field(d), join_codes(q)], 1).reshape(w.shape[0], -1)
 
 

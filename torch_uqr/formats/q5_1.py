@@ -8,7 +8,8 @@ from __future__ import annotations
 import torch
 
 from ._bytes import as_blocks, f16_field, random_f16, read_f16
-from ._checks import f16_or_raise, require_finite_f16
+from ._checks import require_finite_f16
+from .q4_1 import min_max_codes
 from .q5_0 import join_codes, split_codes
 
 NAME = "q5_1"
@@ -18,14 +19,7 @@ BLOCK_BYTES = 24
 
 def quantize(w: torch.Tensor, group_size: int = 0) -> torch.Tensor:
     """ggml's reference quantizer, bit for bit: ``d = (max - min)/31``, ``m = min``."""
-    x = w.reshape(-1, BLOCK)
-    lo = x.min(1).values
-    hi = x.max(1).values
-    d = (hi - lo) / 31
-    inv = torch.where(d != 0, 1.0 / d, torch.zeros_like(d))
-    q = torch.trunc((x - lo.unsqueeze(1)) * inv.unsqueeze(1) + 0.5).clamp(0, 31)
-    d = f16_or_raise(d, NAME, "scale d")
-    m = f16_or_raise(lo, NAME, "min m", tolerance=None)
+    d, m, q = min_max_codes(w.reshape(-1, BLOCK), 31, NAME)
     return torch.cat([f16_field(d), f16_field(m), join_codes(q)], 1).reshape(w.shape[0], -1)
 
 

@@ -9,14 +9,13 @@ from __future__ import annotations
 
 import torch
 
-from ._bytes import as_blocks, f16_field, random_f16, read_f16
-from ._checks import require_finite_f16
-from .q4_k import join_qs, k_quant, pack_scales, split_qs, unpack_scales
+from ._bytes import as_blocks, f16_field, random_f16
+from .q4_k import join_qs, k_decode, k_quant, k_validate, pack_scales, split_qs
 
 NAME = "q5_k"
 BLOCK = 256
 BLOCK_BYTES = 176
-SCALES, QH, QS = 4, 16, 48  # byte offsets of the fields
+QH, QS = 16, 48  # byte offsets of the fields after d, dmin and the 12 scale bytes
 
 _SUBS = torch.arange(8, dtype=torch.int32).reshape(1, 8, 1)
 
@@ -45,20 +44,12 @@ def quantize(w: torch.Tensor, group_size: int = 0) -> torch.Tensor:
 def decode(data: torch.Tensor, N: int, K: int, group_size: int = 0) -> torch.Tensor:
     """Exact float32 ``[N, K]``: ``(d·sc)·q - dmin·m`` (both products exact in float32)."""
     b = as_blocks(data, BLOCK_BYTES)
-    d = read_f16(b, 0).unsqueeze(1)
-    dmin = read_f16(b, 2).unsqueeze(1)
-    sc, m = unpack_scales(b[:, SCALES:QH])
-    step = (d * sc.float()).unsqueeze(2)
-    low = (dmin * m.float()).unsqueeze(2)
-    q = split_codes(b[:, QH:QS], b[:, QS:BLOCK_BYTES]).reshape(-1, 8, 32).float()
-    return (step * q - low).reshape(N, K)
+    return k_decode(b, split_codes(b[:, QH:QS], b[:, QS:BLOCK_BYTES])).reshape(N, K)
 
 
 def validate(data: torch.Tensor, N: int, K: int, group_size: int = 0) -> None:
     """Reject non-finite ``d`` or ``dmin`` (all 6-bit scale/min patterns and codes are valid)."""
-    b = as_blocks(data, BLOCK_BYTES)
-    require_finite_f16(read_f16(b, 0), NAME, "scale d")
-    require_finite_f16(read_f16(b, 2), NAME, "scale dmin")
+    k_validate(as_blocks(data, BLOCK_BYTES), NAME)
 
 
 def random_blocks(N: int, K: int, generator: torch.Generator, group_size: int = 0) -> torch.Tensor:

@@ -86,15 +86,27 @@ UQR_FN void uqr_q4_k_scale_min_words(uqr_u32 w0, uqr_u32 w1, uqr_u32 w2, bool up
 
 // q4_k: 8 sub-blocks of 32; y = d sc_j q - dmin m_j. qs[32c..32c+31] hold sub-block 2c in the low
 // nibbles and 2c+1 in the high nibbles. Chunk = 8 elements, so chunk / 4 is the sub-block.
-UQR_FN void uqr_decode8_q4_k(const UQR_GLOBAL uqr_u8* blk, int chunk, UQR_THREAD float* out) {
+// q5_k is the same block with its qs at qs_off and bit 4 of sub-block j's element i in bit j of
+// qh[i] (qh_off; 0: none, q4_k).
+UQR_FN void uqr_k_quant_decode8(const UQR_GLOBAL uqr_u8* blk, int chunk, int qs_off, int qh_off,
+                                UQR_THREAD float* out) {
   float d = uqr_load_half(blk), dmin = uqr_load_half(blk + 2);
   int j = chunk >> 2;
   int sc, mn;
   uqr_q4_k_scale_min(blk + 4, j, sc, mn);
   float scale = d * (float)sc, offset = dmin * (float)mn;
-  const UQR_GLOBAL uqr_u8* qs = blk + 16 + 32 * (j >> 1) + 8 * (chunk & 3);
+  const UQR_GLOBAL uqr_u8* qs = blk + qs_off + 32 * (j >> 1) + 8 * (chunk & 3);
+  const UQR_GLOBAL uqr_u8* qh = blk + qh_off + 8 * (chunk & 3);
   int shift = (j & 1) * 4;
-  for (int i = 0; i < 8; ++i) out[i] = scale * (float)((qs[i] >> shift) & 15) - offset;
+  for (int i = 0; i < 8; ++i) {
+    int q = (int)((qs[i] >> shift) & 15);
+    if (qh_off) q |= (int)(((qh[i] >> j) & 1) << 4);
+    out[i] = scale * (float)q - offset;
+  }
+}
+
+UQR_FN void uqr_decode8_q4_k(const UQR_GLOBAL uqr_u8* blk, int chunk, UQR_THREAD float* out) {
+  uqr_k_quant_decode8(blk, chunk, 16, 0, out);
 }
 
 // mlx4: element i of the group is bits [4i, 4i+4): byte i/2, low nibble for even i. y = scale q + bias.
@@ -245,21 +257,9 @@ UQR_FN void uqr_decode8_q6_k(const UQR_GLOBAL uqr_u8* blk, int chunk, UQR_THREAD
   }
 }
 
-// q5_k: q4_k's block with 5-bit codes: y = d sc_j q - dmin m_j; the low 4 bits as q4_k's, bit 4
-// of sub-block j's element i is bit j of qh[i].
+// q5_k: q4_k's block with 5-bit codes (uqr_k_quant_decode8).
 UQR_FN void uqr_decode8_q5_k(const UQR_GLOBAL uqr_u8* blk, int chunk, UQR_THREAD float* out) {
-  float d = uqr_load_half(blk), dmin = uqr_load_half(blk + 2);
-  int j = chunk >> 2;
-  int sc, mn;
-  uqr_q4_k_scale_min(blk + 4, j, sc, mn);
-  float scale = d * (float)sc, offset = dmin * (float)mn;
-  const UQR_GLOBAL uqr_u8* qs = blk + UQR_Q5_K_QS + 32 * (j >> 1) + 8 * (chunk & 3);
-  const UQR_GLOBAL uqr_u8* qh = blk + UQR_Q5_K_QH + 8 * (chunk & 3);
-  int shift = (j & 1) * 4;
-  for (int i = 0; i < 8; ++i) {
-    int q = (int)((qs[i] >> shift) & 15) | (int)(((qh[i] >> j) & 1) << 4);
-    out[i] = scale * (float)q - offset;
-  }
+  uqr_k_quant_decode8(blk, chunk, UQR_Q5_K_QS, UQR_Q5_K_QH, out);
 }
 
 // ---- GGUF iq4_nl, iq4_xs, q3_k, q2_k, mxfp4 ----------------------------------------------------

@@ -102,6 +102,11 @@ WGMMA_ROWS: dict[str, tuple[WgmmaRange, ...]] = {
     **{f: ((17, 128, 0, 0),) for f in ("var_affine", "exl3")},
     "q8_0": ((33, 128, 0, 0),),
 }
+# The largest ring stage (elements) of the tensor-core kernels (kQmmaMaxStageElems in
+# qmma_traits.cuh): 512 (mlx4 g = 128) fits their shared memory; q6_k's 2048 (eight 210-byte
+# blocks, the fewest whose bytes keep the 16-byte copies aligned) does not, so q6_k runs on the
+# Triton kernels.
+QMMA_MAX_STAGE_ELEMS = 512
 # Up to this many activation rows, path "auto" uses the CUDA-core row kernel (gemv.py).
 GEMV_AUTO_MAX_M = 1
 # From this M on, decoding once into a scratch matrix and calling cuBLAS beats the fused kernel.

@@ -98,12 +98,14 @@ def qmma_fits(x: torch.Tensor, w: torch.Tensor, fmt: str, K: int, group_size: in
               rows: int) -> bool:
     """Whether the tensor-core kernels take this call (mirror of qmma_unsupported in C++).
 
-    They need bf16/fp16 x, 1..QMMA_KERNEL_MAX_ROWS rows, K (and a head-strided x's head dim) a
-    multiple of their 256/512-element stage, 16-byte aligned weight rows, and x readable 8 bytes at
+    They need bf16/fp16 x, 1..QMMA_KERNEL_MAX_ROWS rows, a stage of at most QMMA_MAX_STAGE_ELEMS
+    elements, K (and a head-strided x's head dim) a multiple of it, 16-byte aligned weight rows, and x readable 8 bytes at
     a time (16 where the mid-M kernel takes the rows, qmma_takes_mid: it copies x in 16-byte pieces).
     Whether ``auto`` takes them is a separate, measured limit (configs.QMMA_MAX_ROWS).
     """
     if fmt not in configs.QMMA_FORMATS or x.dtype not in (torch.bfloat16, torch.float16):
+        return False
+    if stage_elems(fmt, group_size) > configs.QMMA_MAX_STAGE_ELEMS:
         return False
     if not 0 < rows <= configs.QMMA_KERNEL_MAX_ROWS:
         return False
