@@ -13,6 +13,7 @@ import torch
 
 import torch_uqr
 from torch_uqr.loaders.gguf import scan_gguf_header
+from tiny_gguf_models import nvfp4_blocks
 
 T = gguf.GGMLQuantizationType
 
@@ -21,7 +22,7 @@ def _random_blocks(rng, qtype, n_rows, k):
     """Random bytes for `qtype` with every fp16 scale field set to a finite value."""
     block, size = gguf.GGML_QUANT_SIZES[qtype]
     raw = rng.integers(0, 256, size=(n_rows, k // block, size), dtype=np.uint8)
-    halves = {T.Q4_K: (0, 2), T.Q5_K: (0, 2), T.Q6_K: (size - 2,), T.Q3_K: (size - 2,)}[qtype]
+    halves = {T.Q4_K: (0, 2), T.Q5_K: (0, 2), T.Q6_K: (size - 2,)}[qtype]
     for off in halves:
         raw[..., off:off + 2] = np.float16(rng.uniform(0.001, 0.01, raw.shape[:2])).view(np.uint8).reshape(
             *raw.shape[:2], 2)
@@ -40,9 +41,9 @@ def write_gguf(path, seed=0):
                                ("tq1", T.TQ1_0, (3, 256)), ("tq2", T.TQ2_0, (2, 256))]:
         f = rng.standard_normal(shape).astype(np.float32)
         w.add_tensor(name, gguf.quants.quantize(f, qtype), raw_dtype=qtype)
-    for name, qtype, shape in [("q4k", T.Q4_K, (3, 256)), ("q6k", T.Q6_K, (2, 512)), ("q5k", T.Q5_K, (2, 256)),
-                               ("q3k", T.Q3_K, (2, 256))]:
+    for name, qtype, shape in [("q4k", T.Q4_K, (3, 256)), ("q6k", T.Q6_K, (2, 512)), ("q5k", T.Q5_K, (2, 256))]:
         w.add_tensor(name, _random_blocks(rng, qtype, *shape), raw_dtype=qtype)
+    w.add_tensor("nvfp4", nvfp4_blocks((2, 128)), raw_dtype=T.NVFP4)  # a type with no packed format here
     floats["norm"] = rng.standard_normal(7).astype(np.float32)
     floats["f16"] = rng.standard_normal((3, 5)).astype(np.float16)
     _write_all(w, floats)
@@ -84,7 +85,7 @@ def test_values_match_the_gguf_package(tiny_gguf):
         else:
             assert isinstance(got, torch.Tensor)
             assert np.array_equal(got.float().numpy(), expect.astype(np.float32).reshape(got.shape))
-    assert ck.dequantized == ["q3k"]  # the one non-native quantized type is listed, not silent
+    assert ck.dequantized == ["nvfp4"]  # the one non-native quantized type is listed, not silent
     assert ck["f16"].dtype == torch.float16 and ck["f16"].shape == (3, 5)
     assert ck.metadata["general.name"] == "tiny" and ck.metadata["tokenizer.ggml.tokens"] == ["a", "b", "c"]
     assert ck.architecture == "llama"

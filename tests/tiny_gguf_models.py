@@ -34,7 +34,18 @@ ARCHS = {
 }
 PACKED = ("q4_0", "q8_0", "q4_1", "q4_k")  # cycled over the linear weights, where the block fits K
 # Tensors written in a ggml type torch_uqr has no packed format for (decoded to float on load).
-NON_NATIVE = {"llama": {"blk.1.ffn_gate.weight": T.MXFP4}}
+NON_NATIVE = {"llama": {"blk.1.ffn_gate.weight": T.NVFP4}}
+
+
+
+def nvfp4_blocks(shape: tuple[int, int], seed: int = 0) -> np.ndarray:
+    """Random NVFP4 blocks (gguf has no NVFP4 quantizer): 4-bit codes under one small E4M3 scale
+    per 16 weights (0x08: 2^-7), so the weights have the tiny models' magnitude."""
+    rows, k = shape
+    raw = np.random.default_rng(seed).integers(0, 256, size=(rows, k // 64, 36), dtype=np.uint8)
+    raw[..., :4] = 0x08
+    return raw.reshape(rows, -1)
+
 
 CHAT_TEMPLATE = ("{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] "
                  "+ '<|im_end|>' + '\\n' }}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}"
@@ -141,7 +152,7 @@ def write_tiny_gguf(name: str, path: str, seed: int = 0) -> dict:
             t = t + 1  # llama.cpp stores Gemma's (1 + w) RMSNorm weight as the full factor
         special = NON_NATIVE.get(name, {}).get(gname)
         if special is not None:
-            w.add_tensor(gname, gguf.quants.quantize(t.numpy(), special), raw_dtype=special)
+            w.add_tensor(gname, nvfp4_blocks(t.shape, seed=linear_i), raw_dtype=special)
             types[gname] = special.name
         elif t.dim() == 2:
             fmts = [f for f in PACKED if t.shape[1] % block_size_of(f) == 0]
