@@ -117,7 +117,11 @@ def test_peak_memory_of_a_quantizing_load_stays_below_the_float_model(tmp_path):
     _save(transformers.LlamaConfig(**{**big, "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 1,
                                       "num_attention_heads": 2, "num_key_value_heads": 2}), tmp_path / "warm")
     root = os.path.dirname(os.path.dirname(os.path.abspath(torch_uqr.__file__)))
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([root, os.environ.get("PYTHONPATH", "")])}
+    # glibc's malloc would otherwise keep freed buffers of a few MB for reuse, by a threshold it
+    # adapts as the process runs: the peak then varies from run to run (23-42 MB here) with that
+    # policy, not with what the loader holds. A fixed threshold returns every large buffer at free.
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([root, os.environ.get("PYTHONPATH", "")]),
+           "MALLOC_MMAP_THRESHOLD_": "131072"}
 
     def measure(fmt):
         out = subprocess.run([sys.executable, "-c", _PEAK_SCRIPT, str(tmp_path / "big"), str(tmp_path / "warm"), fmt],
@@ -132,7 +136,7 @@ def test_peak_memory_of_a_quantizing_load_stays_below_the_float_model(tmp_path):
     # The meter sees a materialized float model...
     assert fp32["peak"] > 0.9 * float_bytes, (fp32, float_bytes)
     # ... and the quantizing load never holds one: weights are read, packed and dropped one at a
-    # time (measured: peak 0.62x the float32 weights, of which 0.16x is the packed model and the
-    # rest one layer's temporaries and memory the C allocator keeps for reuse).
+    # time (measured: peak 0.39x the float32 weights, of which 0.16x is the packed model and the
+    # rest the temporaries of the layer being quantized).
     assert q4["held"] < 0.2 * float_bytes
-    assert q4["peak"] < 0.8 * float_bytes, (q4, float_bytes)
+    assert q4["peak"] < 0.5 * float_bytes, (q4, float_bytes)
