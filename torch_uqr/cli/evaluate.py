@@ -89,6 +89,7 @@ def run_eval(formats: list[str], *, max_tokens: Optional[int] = None, window: in
     see ``models.llama.requantize``).
     """
     from ..models.llama import KEEP_DEFAULT, default_gguf_path, load_gguf, load_llama, load_reference, load_tokenizer
+    from ..nn import QuantLinear
 
     keep = KEEP_DEFAULT if keep is None else keep
 
@@ -122,8 +123,10 @@ def run_eval(formats: list[str], *, max_tokens: Optional[int] = None, window: in
             notes = [f"{len(s.fallbacks)} layers: " + "; ".join(reasons)] if reasons else []
             if s.kept:
                 notes.append("kept as in the file: " + ", ".join(f"{k} ({f})" for k, f in s.kept.items()))
-            # share of all linear weights (kept layers included) that are in the named format
-            row = EvalRow(name, bpw, s.weights_in_fmt / n_weights, nll / n, agree / n, n, time.perf_counter() - t,
+            # share of all linear weights (kept layers included) stored in the named format
+            in_fmt = sum(m.out_features * m.in_features for m in lm.model.modules()
+                         if isinstance(m, QuantLinear) and m.fmt == name)
+            row = EvalRow(name, bpw, in_fmt / n_weights, nll / n, agree / n, n, time.perf_counter() - t,
                           "; ".join(notes))
         rows.append(row)
         log(_row_line(row, rows[0] if include_float else None))
