@@ -43,3 +43,36 @@ def test_compile_fullgraph_matches_eager(backend):
         for shape in [(2, 7, 256), (3, 9, 256), (1, 1, 256)]:
             x2 = randn(*shape)
             torch.testing.assert_close(dyn(x2), model(x2), rtol=1e-6, atol=1e-6)
+
+
+def test_compiled_model_generates_in_one_graph_and_revalidates(tmp_path, monkeypatch):
+    """A whole GGUF model under torch.compile(fullgraph=True): one graph per input shape, not one
+    per layer (a QuantLinear has no Python state for dynamo to guard on), the same logits as eager,
+    and a weight corrupted after compilation is still refused before a kernel reads it."""
+    from torch._dynamo.utils import counters
+    from tiny_gguf_models import VOCAB, write_tiny_gguf
+
+    monkeypatch.setenv("UQR_CACHE", str(tmp_path / "cache"))
+    path = str(tmp_path / "qwen2.gguf")
+    write_tiny_gguf("qwen2", path)  # q4_0 / q8_0 / q4_1 / q4_k layers, head tied to the embedding
+    model = uqr.from_pretrained(path)
+    ids = torch.randint(0, VOCAB, (1, 7), generator=torch.Generator().manual_seed(0))
+    kw = dict(max_new_tokens=4, min_new_tokens=4, do_sample=False, output_logits=True, return_dict_in_generate=True)
+    eager = model.generate(ids, **kw)
+
+    torch._dynamo.reset()
+    counters.clear()
+    model.forward = torch.compile(model.forward, fullgraph=True, backend="aot_eager")
+    got = model.generate(ids, **kw)
+    assert torch.equal(got.sequences, eager.sequences)
+    for a, b in zip(got.logits, eager.logits):
+        assert ((a - b).abs().max() / b.abs().max()).item() < 1e-4
+    # prefill, the first decode step, then one graph with a dynamic length for every later step
+    assert counters["stats"]["unique_graphs"] <= 3, dict(counters["stats"])
+    assert not counters["graph_break"]
+
+    lin = model.model.layers[1].mlp.down_proj
+    with torch.no_grad():  # the first block's fp16 scale (first two bytes in every GGUF format) -> +inf
+        lin.weight[0, :2] = torch.tensor([0x00, 0x7C], dtype=torch.uint8)
+    with pytest.raises(ValueError, match="finite|inf"):
+        model(ids)

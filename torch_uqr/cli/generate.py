@@ -20,11 +20,17 @@ DEFAULT_PROMPT = "What is the capital of France? Answer in two sentences."
 
 
 def parse_args(argv):
+    from ..models.llama import KEEP_DEFAULT
+
     p = argparse.ArgumentParser(prog="python -m torch_uqr generate", description=__doc__.split("\n")[0])
     p.add_argument("--prompt", default=DEFAULT_PROMPT, help="the user message (default: %(default)r)")
     p.add_argument("--max-new-tokens", type=int, default=48)
     p.add_argument("--gguf", default=None, help="GGUF file (default: SmolLM2-135M-Instruct Q4_1)")
-    p.add_argument("--fmt", default=None, help="re-quantize every linear layer into this format first")
+    p.add_argument("--fmt", default=None, help="re-quantize the linear layers into this format first (see --keep)")
+    p.add_argument("--keep", default=",".join(KEEP_DEFAULT),
+                   help="with --fmt: comma-separated layer names or fnmatch patterns left exactly as the file "
+                        "has them ('none': re-quantize every linear layer; default: %(default)s, the output "
+                        "head; the token embedding is never re-quantized)")
     p.add_argument("--fallback", default="pad",
                    help="for --fmt layers whose K is not a multiple of the block: a format, 'pad' or 'error'")
     p.add_argument("--group-size", type=int, default=None, help="mlx4 group size (32/64/128)")
@@ -137,7 +143,7 @@ def main(argv=None) -> int:
 
         return generate_main(args)
     from ..models.auto import gguf_tokenizer, load_gguf_model
-    from ..models.llama import default_gguf_path, requantize, use_direct_heads
+    from ..models.llama import default_gguf_path, parse_keep, requantize, use_direct_heads
 
     torch.manual_seed(args.seed)
     opts = {"group_size": args.group_size} if args.group_size else {}
@@ -149,7 +155,7 @@ def main(argv=None) -> int:
     print(f"# loaded in {time.perf_counter() - t:.1f} s on {args.device} ({args.dtype}): "
           + str(report).replace("\n", "\n# "))
     if args.fmt is not None:
-        summary = requantize(model, args.fmt, fallback=args.fallback, **opts)
+        summary = requantize(model, args.fmt, keep=parse_keep(args.keep), fallback=args.fallback, **opts)
         model.to(dtype)
         print("# " + str(summary).replace("\n", "\n# "))
     if not args.no_direct_heads and model.config.model_type == "llama":

@@ -21,6 +21,7 @@ from torch import nn
 
 from ..loaders.gguf import GGUFCheckpoint, load_gguf
 from ..nn import SwapSummary, quantize_model
+from ..nn.swap import Skip, _skipper
 from ..nn import QuantLinear
 from ..qtensor import QTensor, dequantize
 from .auto import gguf_config, gguf_tokenizer, take_rows
@@ -236,13 +237,36 @@ def build_llama(ckpt: GGUFCheckpoint, config, *, device="cpu", dtype=torch.float
     return model, formats
 
 
-def requantize(model: nn.Module, fmt: str, *, fallback: str = "pad", progress: bool = False,
-               **opts) -> SwapSummary:
-    """Decode every QuantLinear of ``model`` to float and quantize it again into ``fmt``.
+# What a re-quantization leaves as the file has it unless told otherwise: the output head. (The
+# token embedding is not a linear layer and is never re-quantized.) A re-quantization is a
+# question about the linear layers' format; a 4-bit output head on a model shipped with an 8-bit
+# one would change the answer on its own.
+KEEP_DEFAULT = ("lm_head",)
 
-    Attention must not be direct-head yet (call ``use_direct_heads`` afterwards).
+
+def parse_keep(arg: str) -> tuple[str, ...]:
+    """The command lines' ``--keep``: comma-separated layer patterns; ``none`` (or empty) keeps nothing."""
+    parts = tuple(p.strip() for p in arg.split(",") if p.strip())
+    return () if parts in ((), ("none",)) else parts
+
+
+def requantize(model: nn.Module, fmt: str, *, keep: Skip = KEEP_DEFAULT, fallback: str = "pad",
+               progress: bool = False, **opts) -> SwapSummary:
+    """Decode the QuantLinears of ``model`` to float and quantize them again into ``fmt``.
+
+    ``keep``: layer names or fnmatch patterns (as ``quantize_model``'s ``skip``) left exactly as
+    they are, packed blocks and float layers alike; they are listed in the summary's ``kept``
+    with their format. Default: the output head. Attention must not be direct-head yet (call
+    ``use_direct_heads`` afterwards).
     """
+    keeps = _skipper(keep)
+    kept: dict[str, str] = {}
     for name, mod in list(model.named_modules()):
+        if not isinstance(mod, (QuantLinear, nn.Linear)):
+            continue
+        if keeps(name, mod):
+            kept[name] = mod.fmt if isinstance(mod, QuantLinear) else str(mod.weight.dtype).replace("torch.", "")
+            continue
         if isinstance(mod, QuantLinear):
             lin = nn.Linear(mod.in_features, mod.out_features, bias=mod.bias is not None,
                             device=mod.weight.device, dtype=torch.float32)
@@ -251,16 +275,21 @@ def requantize(model: nn.Module, fmt: str, *, fallback: str = "pad", progress: b
                 lin.bias.data.copy_(mod.bias)
             parent, _, child = name.rpartition(".")
             setattr(model.get_submodule(parent) if parent else model, child, lin)
-    return quantize_model(model, fmt, fallback=fallback, progress=progress, verbose=False, **opts)
+    summary = quantize_model(model, fmt, skip=lambda name, mod: name in kept, fallback=fallback,
+                             progress=progress, verbose=False, **opts)
+    summary.skipped = [n for n in summary.skipped if n not in kept]
+    summary.kept = kept
+    return summary
 
 
 def load_llama(path: Optional[str] = None, *, device="cpu", dtype=torch.float32, fmt: Optional[str] = None,
-               fallback: str = "pad", direct_heads: bool = True, progress: bool = False,
+               keep: Skip = KEEP_DEFAULT, fallback: str = "pad", direct_heads: bool = True, progress: bool = False,
                ckpt: Optional[GGUFCheckpoint] = None, **opts) -> LoadedModel:
     """Load a llama GGUF (default: SmolLM2-135M-Instruct Q4_1) onto the router.
 
-    With ``fmt`` the weights are decoded and re-quantized into that format first (``fallback``
-    and ``opts`` as in ``quantize_model``); otherwise the file's blocks are used as they are.
+    With ``fmt`` the weights are decoded and re-quantized into that format first, except the
+    layers ``keep`` names (see :func:`requantize`; ``fallback`` and ``opts`` as in
+    ``quantize_model``); otherwise the file's blocks are used as they are.
     ``ckpt`` reuses an already loaded ``load_gguf(path)``.
     """
     path = path or (ckpt.path if ckpt is not None else default_gguf_path())
@@ -270,8 +299,8 @@ def load_llama(path: Optional[str] = None, *, device="cpu", dtype=torch.float32,
     model, formats = build_llama(ckpt, config, device=device, dtype=dtype, direct_heads=False)
     summary = None
     if fmt is not None:
-        summary = requantize(model, fmt, fallback=fallback, progress=progress, **opts)
-        formats = dict(summary.formats)
+        summary = requantize(model, fmt, keep=keep, fallback=fallback, progress=progress, **opts)
+        formats = {**summary.formats, **summary.kept}
         model.to(dtype)
     if direct_heads:
         use_direct_heads(model)

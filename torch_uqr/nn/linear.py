@@ -44,6 +44,36 @@ def _decode_shape(t: torch.Tensor) -> tuple[int, int, int, int]:
     return N, K, gs, in_features
 
 
+def _weight_key(w: torch.Tensor) -> tuple:
+    """Identifies the bytes a weight tensor holds: its storage, and its in-place write count."""
+    try:
+        version = w._version
+    except RuntimeError:  # an inference tensor: no version counter (read-only outside inference mode)
+        version = -1
+    return (w.data_ptr(), w.device, w.shape, version)
+
+
+@torch.library.custom_op("uqr::linear_gemm", mutates_args=())
+def _linear_gemm(x: torch.Tensor, w: torch.Tensor, fmt: str, N: int, K: int, group_size: int, out_heads: int,
+                 in_heads: bool, path: str) -> torch.Tensor:
+    """``uqr::gemm`` after validating ``w``'s blocks, again whenever they changed since the last check.
+
+    QuantLinear's forward under ``torch.compile``: opaque to the tracer, it reads the weight's
+    version counter at run time, which a compiled graph's guards do not look at. The record of
+    the last check rides on the tensor object, so it is shared by every module using that weight.
+    """
+    key = (_weight_key(w), fmt, N, K, group_size)
+    if getattr(w, "_uqr_checked", None) != key:
+        QTensor._validated(w, fmt, (N, K), group_size or None)
+        w._uqr_checked = key
+    return torch.ops.uqr.gemm(x, w, fmt, N, K, group_size, out_heads, in_heads, path)
+
+
+@_linear_gemm.register_fake
+def _linear_gemm_fake(x, w, fmt, N, K, group_size, out_heads, in_heads, path):
+    return torch.ops.uqr.gemm(x, w, fmt, N, K, group_size, out_heads, in_heads, path)
+
+
 class QuantLinear(nn.Module):
     """y = x Wᵀ + b with W packed in one of ``torch_uqr.formats()``.
 
@@ -132,6 +162,9 @@ class QuantLinear(nn.Module):
     def group_size(self) -> int:
         return self._gs
 
+    def _unchecked_qtensor(self) -> QTensor:
+        return QTensor(self.weight, self._fmt, (self._N, self._K), self._gs)
+
     @property
     def qtensor(self) -> QTensor:
         """The packed weight as a QTensor over the ``weight`` buffer, validated like ``from_bytes``.
@@ -142,11 +175,7 @@ class QuantLinear(nn.Module):
         library) are not seen; the kernels stay memory-safe on any bytes regardless.
         """
         w = self.weight
-        try:
-            version = w._version
-        except RuntimeError:  # an inference tensor: no version counter (read-only outside inference mode)
-            version = -1
-        key = (w.data_ptr(), w.device, w.shape, version)
+        key = _weight_key(w)
         if self._cache[0] != key:
             kw = {"group_size": self._gs} if self._fmt == "mlx4" else {}
             self._cache = (key, QTensor._validated(w, self._fmt, (self._N, self._K), **kw))
@@ -169,8 +198,14 @@ class QuantLinear(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.packed_in_features != self.in_features:
             x = F.pad(x, (0, self.packed_in_features - self.in_features))
-        y = ops.gemm(x, self.qtensor, out_heads=self.out_heads or None, in_heads=self.in_heads,
-                     path=self.path)
+        heads = self.out_heads or None
+        if torch.compiler.is_compiling():
+            # The check of the weight's bytes runs inside the op, on the real buffer at every
+            # call: nothing per layer for dynamo to guard on, and a weight changed after
+            # compilation is still validated before a kernel reads it.
+            y = torch.ops.uqr.linear_gemm(*ops.gemm_args(x, self._unchecked_qtensor(), heads, self.in_heads, self.path))
+        else:
+            y = ops.gemm(x, self.qtensor, out_heads=heads, in_heads=self.in_heads, path=self.path)
         if self.bias is not None:
             b = self.bias.to(y.dtype)
             if self.out_heads:

@@ -27,6 +27,7 @@ class SwapSummary:
     bytes_after: int = 0
     weights: int = 0
     weights_in_fmt: int = 0
+    kept: dict[str, str] = field(default_factory=dict)        # layer left as it was -> its format
 
     @property
     def share_in_fmt(self) -> float:
@@ -42,6 +43,8 @@ class SwapSummary:
                  f"{len(self.skipped)} skipped; {self.bytes_before / 2**20:.1f} MiB -> "
                  f"{self.bytes_after / 2**20:.1f} MiB ({self.bits_per_weight:.2f} bits/weight), "
                  f"{100 * self.share_in_fmt:.1f}% of weights in {self.fmt}"]
+        if self.kept:
+            lines.append("  kept as they were: " + ", ".join(f"{n} ({f})" for n, f in self.kept.items()))
         if self.fallbacks:
             reasons: dict[str, int] = {}
             for why in self.fallbacks.values():
