@@ -518,17 +518,21 @@ cudaError_t launch_wgmma(const WgArgs& wa, cudaStream_t stream, bool pdl) {
 // run the empty body and leave y unwritten, so it refuses instead.
 template <class F, typename T>
 bool wgmma_compiled() {
-  static const bool ok = [] {
-    int dev = 0, major = 0, minor = 0;
-    cudaFuncAttributes attr{};
-    if (cudaGetDevice(&dev) != cudaSuccess) return false;
-    cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
-    cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev);
-    if (major != 9 || minor != 0) return false;
-    if (cudaFuncGetAttributes(&attr, qmma_wgmma_kernel<F, T, 64, 1>) != cudaSuccess) return false;
-    return attr.binaryVersion == 90;
-  }();
-  return ok;
+  if constexpr (!wg_fits<F, 64>()) {
+    return false;  // no tile holds this format's stage (q3_k: 8 blocks of 110 bytes), so no kernel
+  } else {
+    static const bool ok = [] {
+      int dev = 0, major = 0, minor = 0;
+      cudaFuncAttributes attr{};
+      if (cudaGetDevice(&dev) != cudaSuccess) return false;
+      cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
+      cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev);
+      if (major != 9 || minor != 0) return false;
+      if (cudaFuncGetAttributes(&attr, qmma_wgmma_kernel<F, T, 64, 1>) != cudaSuccess) return false;
+      return attr.binaryVersion == 90;
+    }();
+    return ok;
+  }
 }
 
 template <class F, typename T>

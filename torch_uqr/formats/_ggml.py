@@ -19,8 +19,8 @@ import numpy as np
 import torch
 
 __all__ = ["GROUP_MAX_EPS", "IQ4_VALUES", "f32", "sliced", "rdiv", "seq_sum", "seq_sum_tensor", "make_qx_quants",
-           "make_qkx2_quants", "k_block_weights", "nearest_int", "first_absmax", "best_index", "lut_decode",
-           "pack_2bit_quarters", "unpack_2bit_quarters"]
+           "make_qkx2_quants", "k_block_weights", "nearest_int", "first_absmax", "best_index", "nearest_level",
+           "lut_decode", "pack_2bit_quarters", "unpack_2bit_quarters"]
 
 #: ggml's threshold below which a group counts as all zeros.
 GROUP_MAX_EPS = np.float32(1e-15)
@@ -199,9 +199,19 @@ def best_index(table: tuple[int, ...], x: torch.Tensor) -> torch.Tensor:
     test is ``x < (lo + hi)/2`` exactly, and with half-integer midpoints it depends only on
     ``floor(2x)`` (exact: a power-of-two scaling): one table lookup per value."""
     lut, lo = _index_lut(table, x.device)
+    return torch.take(lut, _lut_position(x, lo, lut.numel()))
+
+
+def nearest_level(table: tuple[int, ...], x: torch.Tensor) -> torch.Tensor:
+    """``table[best_index(table, x)]`` as float32, in one lookup."""
+    lut, lo = _index_lut(table, x.device)
+    levels = torch.tensor(table, dtype=torch.float32, device=x.device)[lut]
+    return torch.take(levels, _lut_position(x, lo, lut.numel()))
+
+
+def _lut_position(x: torch.Tensor, lo: int, n: int) -> torch.Tensor:
     # NaN (0/0 for an all-zero group) falls through ggml's search to the last index.
-    twice = torch.floor(x * 2.0).nan_to_num_(nan=float(lo + lut.numel())).clamp_(lo, lo + lut.numel() - 1) - lo
-    return lut[twice.long()]
+    return (torch.floor(x * 2.0).nan_to_num_(nan=float(lo + n)).clamp_(lo, lo + n - 1) - lo).long()
 
 
 _LUTS: dict = {}

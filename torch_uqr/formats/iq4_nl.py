@@ -9,7 +9,7 @@ import torch
 
 from ._bytes import as_blocks, f16_field, random_f16, read_f16
 from ._checks import f16_or_raise, require_finite_f16
-from ._ggml import GROUP_MAX_EPS, IQ4_VALUES, best_index, first_absmax, lut_decode, rdiv, seq_sum_tensor
+from ._ggml import GROUP_MAX_EPS, IQ4_VALUES, best_index, first_absmax, lut_decode, nearest_level, rdiv, seq_sum_tensor
 from .q4_0 import join_nibbles, split_nibbles
 
 NAME = "iq4_nl"
@@ -23,12 +23,11 @@ def search_scales(xt: torch.Tensor, ntry: int) -> torch.Tensor:
     out element-major (``xt`` ``[32, n]``) and weights x²: codes for the scale ``-max/V[0]``, a least
     squares refit, then trials ``(t + V[0])/max`` for t = -ntry..ntry, each refit, the best kept
     by ``sumqx²/sumq2`` (first wins ties). Returns the float32 scales ``[n]`` (0: an all-zero group)."""
-    values = torch.tensor(IQ4_VALUES, dtype=torch.float32, device=xt.device)
     weight = xt * xt
     amax, mx = first_absmax(xt)
 
     def fit(inv_scale: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        q = values[best_index(IQ4_VALUES, inv_scale * xt)]
+        q = nearest_level(IQ4_VALUES, inv_scale * xt)
         wq = weight * q
         return seq_sum_tensor(wq * xt), seq_sum_tensor(wq * q)
 

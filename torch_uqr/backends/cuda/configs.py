@@ -101,6 +101,7 @@ WGMMA_ROWS: dict[str, tuple[WgmmaRange, ...]] = {
     **{f: ((17, 128, 0, 0), (129, 256, 0, 8192)) for f in ("q4_0", "q4_1", "q4_k", "mlx4", "ternary")},
     **{f: ((17, 128, 0, 0),) for f in ("var_affine", "exl3")},
     "q8_0": ((33, 128, 0, 0),),
+    "q3_k": (),  # its stage (8 blocks of 110 bytes: 2048 elements) fits no wgmma tile
 }
 # The largest ring stage (elements) of the tensor-core kernels (kQmmaMaxStageElems in
 # qmma_traits.cuh): 512 (mlx4 g = 128) fits their shared memory; q6_k's 2048 (eight 210-byte
