@@ -23,3 +23,14 @@ def test_formats_command_rejects_bad_size(capsys):
     with pytest.raises(SystemExit):
         formats_table.main(["--size", "100"])
     assert "multiple of 256" in capsys.readouterr().err
+
+
+def test_formats_command_takes_a_subset(capsys):
+    import pytest
+    assert formats_table.main(["--size", "256", "--formats", "q4_0,mlx4"]) == 0
+    rows = [line.split("|")[1].strip() for line in capsys.readouterr().out.splitlines()
+            if line.startswith("| ") and "---" not in line][1:]
+    assert rows == ["q4_0", "mlx4 g=32", "mlx4 g=64", "mlx4 g=128"]
+    with pytest.raises(SystemExit):
+        formats_table.main(["--formats", "q9_9"])
+    assert "--formats: unknown format 'q9_9'" in capsys.readouterr().err

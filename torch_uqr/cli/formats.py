@@ -12,8 +12,9 @@ from ..qtensor import dequantize, quantize
 __all__ = ["main", "measure"]
 
 
-def _rows() -> list[tuple[str, int | None]]:
-    return format_table.format_cases()
+def _rows(formats: list[str] | None = None) -> list[tuple[str, int | None]]:
+    """(format, group size) cases of the table, or of ``formats`` only."""
+    return [(f, g) for f, g in format_table.format_cases() if formats is None or f in formats]
 
 
 def _rel_rms(approx: torch.Tensor, exact: torch.Tensor) -> float:
@@ -30,17 +31,18 @@ def _sync(device: str) -> None:
         torch.mps.synchronize()
 
 
-def measure(size: int = 4096, seed: int = 0, device: str = "cpu") -> list[dict]:
+def measure(size: int = 4096, seed: int = 0, device: str = "cpu", formats: list[str] | None = None) -> list[dict]:
     """One dict per format/group size: bits per weight, relative RMS error on N(0,1) and on
     Student-t(3) weights of shape ``[size, size]``, and the wall-clock and CPU seconds ``quantize``
-    took on the first (CPU time, summed over threads, is the steadier number on a shared machine)."""
+    took on the first (CPU time, summed over threads, is the steadier number on a shared machine).
+    ``formats``: only these (default: every format of the table)."""
     gen = torch.Generator().manual_seed(seed)
     gauss = torch.randn(size, size, generator=gen).to(device)
     # Student-t(3) drawn from the seeded generator: a normal over the root of a chi-square(3)/3.
     chi2 = torch.randn(3, size, size, generator=gen).pow(2).sum(0)
     heavy = (torch.randn(size, size, generator=gen) / (chi2 / 3).sqrt()).to(device)
     results = []
-    for fmt, g in _rows():
+    for fmt, g in _rows(formats):
         _sync(device)
         start, cpu_start = time.perf_counter(), time.process_time()
         qt = quantize(gauss, fmt, group_size=g)
@@ -76,11 +78,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--device", default="cpu", help="where to quantize (cpu, cuda, mps)")
     parser.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: torch's default)")
+    parser.add_argument("--formats", default=None,
+                        help=f"comma-separated formats (default: all of {', '.join(format_table.NAMES)})")
     args = parser.parse_args(argv)
+    formats = None
+    if args.formats:
+        formats = [f.strip() for f in args.formats.split(",") if f.strip()]
+        unknown = [f for f in formats if f not in format_table.NAMES]
+        if unknown:
+            parser.error(f"--formats: unknown format {unknown[0]!r}; expected one of {format_table.quoted_names(format_table.NAMES)}")
     if args.size < 256 or args.size % 256:
         parser.error("--size must be a positive multiple of 256 (the largest block)")
     if args.threads:
         torch.set_num_threads(args.threads)
     print(f"# torch {torch.__version__}, {torch.get_num_threads()} CPU threads, device {args.device}")
-    print(render(measure(args.size, args.seed, args.device), args.size))
+    print(render(measure(args.size, args.seed, args.device, formats), args.size))
     return 0
