@@ -19,24 +19,65 @@ NVCC = shutil.which("nvcc") or next(
     None)
 
 
-# (source, kernel name, instantiations per target): the tensor-core small-M kernel is 10
-# format/group variants (all eight formats, mlx4 at g = 32 / 64 / 128) x {bf16, fp16} x {1, 2}
-# column tiles; the mid-M kernel 10 x 2 x {2 (9-16 rows, split K), 4, 8} column tiles (of 8 activation rows), plus
-# the 9-16-row build at 128 registers (the stream-K plan's wide_regs) for the 9 variants not already built so; the
-# decode-to-dense kernel 10 format/group variants x {bf16, fp16, fp32} outputs; the Hopper wgmma
-# kernel 10 x 2 x {64, 128} column tiles less mlx4 g128 at 128 (its stage does not fit shared memory),
-# plus 64-row tiles at two CTAs an SM for the 8 variants whose stages fit half the shared memory;
-# the int8-activation kernel q4_0 / q4_k x {bf16, fp16} x {one row (x staged, global, or global a
-# stage ahead in registers, or a block a column), 1 and 2 column tiles}, and mlx4 g = 32 / 64, ternary,
-# var_affine and exl3 x {bf16, fp16} in block columns.
-KERNELS = [("qmma_small_m.cu", "qmma_small_m_kernel", 40), ("qmma_mid_m.cu", "qmma_mid_m_kernel", 78),
-           ("dequant.cu", "dequant_kernel", 30), ("qmma_wgmma.cu", "qmma_wgmma_kernel", 54),
-           ("qmma_int8.cu", "qmma_int8_kernel", 34)]
+def _router_variants(fits) -> set[tuple[str, int]]:
+    """(format, group size or 0) of every table variant that the CUDA router's predicate ``fits``
+    (dispatch.qmma_fits, int8_fits) would send to a kernel, asked with an aligned
+    one-row call whose K is whole stages of every format."""
+    import torch
+    from torch_uqr.backends.cuda import dispatch
+    from torch_uqr.formats.table import format_cases, spec
+
+    K = 4096
+    x = torch.zeros(1, K, dtype=torch.bfloat16)
+    out = set()
+    for fmt, g in format_cases():
+        elems, nbytes = spec(fmt).block_geometry(g or 0)
+        w = torch.zeros(16, K // elems * nbytes, dtype=torch.uint8)
+        if fits(x, w, fmt, K, g or 0, False, 1):
+            out.add((fmt, g or 0))
+    return out
+
+
+def _expected(source: str) -> set[tuple[str, int]]:
+    from torch_uqr.backends.cuda import dispatch
+    from torch_uqr.formats.table import format_cases
+
+    if source == "dequant.cu":  # the decode-to-dense kernel takes every format
+        return {(f, g or 0) for f, g in format_cases()}
+    # wgmma_fits is qmma_fits plus an sm_90 device and K % 64 == 0, which the probe call meets.
+    fits = {"qmma_small_m.cu": dispatch.qmma_fits, "qmma_mid_m.cu": dispatch.qmma_fits,
+            "qmma_wgmma.cu": dispatch.qmma_fits, "qmma_int8.cu": dispatch.int8_fits}[source]
+    return _router_variants(fits)
+
+
+def _variant(name: str) -> tuple[str, int]:
+    """(format, group) of a kernel from its mangled template arguments: qmma::Traits<id> or
+    qmma::Mlx4<g> (tensor-core kernels), <id, g, ...> (decode), <id or 0x100 | g, ...> (int8)."""
+    from torch_uqr.formats.table import TABLE
+
+    by_id = {f.id: f.name for f in TABLE}
+    if m := re.search(r"4qmma6TraitsILi(\d+)E", name):
+        return by_id[int(m.group(1))], 0
+    if m := re.search(r"4qmma4Mlx4ILi(\d+)E", name):
+        return "mlx4", int(m.group(1))
+    if m := re.search(r"dequant_kernelILi(\d+)ELi(\d+)E", name):
+        return by_id[int(m.group(1))], int(m.group(2))
+    if m := re.search(r"qmma_int8_kernel\w*?ILi(\d+)E", name):
+        key = int(m.group(1))
+        return ("mlx4", key & 0xFF) if key & 0x100 else (by_id[key], 0)
+    raise AssertionError(f"cannot tell the format of kernel {name}")
+
+
+# (source, kernel name): each is compiled for both targets and must instantiate a kernel for
+# exactly the format variants its router predicate accepts (every variant for the decoder).
+KERNELS = [("qmma_small_m.cu", "qmma_small_m_kernel"), ("qmma_mid_m.cu", "qmma_mid_m_kernel"),
+           ("dequant.cu", "dequant_kernel"), ("qmma_wgmma.cu", "qmma_wgmma_kernel"),
+           ("qmma_int8.cu", "qmma_int8_kernel")]
 
 
 @pytest.mark.skipif(NVCC is None, reason="nvcc not found (CUDA toolkit not installed)")
-@pytest.mark.parametrize("source,kernel,per_target", KERNELS, ids=[k[0] for k in KERNELS])
-def test_cuda_kernel_compiles_for_sm80_and_sm90a(tmp_path, source: str, kernel: str, per_target: int) -> None:
+@pytest.mark.parametrize("source,kernel", KERNELS, ids=[k[0] for k in KERNELS])
+def test_cuda_kernel_compiles_for_sm80_and_sm90a(tmp_path, source: str, kernel: str) -> None:
     obj = tmp_path / "kernel.o"
     cmd = [NVCC, "-std=c++17", "-O3", "--threads", "2", "-Xptxas", "-v",
            "-gencode", "arch=compute_80,code=sm_80", "-gencode", "arch=compute_90a,code=sm_90a",
@@ -46,9 +87,13 @@ def test_cuda_kernel_compiles_for_sm80_and_sm90a(tmp_path, source: str, kernel: 
     assert res.returncode == 0, res.stderr[-4000:]
     assert obj.stat().st_size > 0
     report = res.stdout + res.stderr
-    builds = re.findall(rf"Compiling entry function '(\w*{kernel}\w*)' for '(sm_\w+)'", report)
-    assert len(set(builds)) == 2 * per_target, f"expected {2 * per_target} kernel builds, got {len(set(builds))}"
-    assert {arch for _, arch in builds} == {"sm_80", "sm_90a"}
+    builds = set(re.findall(rf"Compiling entry function '(\w*{kernel}\w*)' for '(sm_\w+)'", report))
+    by_arch = {arch: {n for n, a in builds if a == arch} for arch in ("sm_80", "sm_90a")}
+    assert by_arch["sm_80"] and by_arch["sm_80"] == by_arch["sm_90a"], "both targets build the same kernels"
+    built = {_variant(n) for n in by_arch["sm_80"]}
+    want = _expected(source)
+    assert built == want, (f"{source}: kernels for {sorted(built - want)} that the router never picks, "
+                           f"none for {sorted(want - built)} that it does")
     spills = [int(n) for n in re.findall(r"(\d+) bytes spill stores", report)]
     assert spills and max(spills) == 0, "a kernel spills registers to local memory"
 

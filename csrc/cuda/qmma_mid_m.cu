@@ -250,7 +250,7 @@ __global__ void __launch_bounds__(kMidWarps * 32, (arch_minb<F, MINB, U>())) qmm
 constexpr int kSplitStages = 2;
 template <class F>
 constexpr int split_minb() {
-  return std::is_same<F, Mlx4<128>>::value ? 2 : 3;
+  return std::is_same<F, Mlx4<128>>::value || RegHeavy<F>::value ? 2 : 3;
 }
 template <class F>
 constexpr int split_u() {

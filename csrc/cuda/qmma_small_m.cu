@@ -32,11 +32,11 @@ constexpr int kRows = kWarpRows;  // weight rows per CTA (two tiles per warp mea
 template <class F, int NT>
 __host__ __device__ constexpr int unroll_subs() { return NT == 1 || F::kWideX ? 4 : 2; }
 // Register cap per thread. 72 lets 7 CTAs of 4 warps share an SM, so a 14336-row grid (896 CTAs)
-// is resident at once with 4 K-splitting warps (mlx4 and exl3's table lookup spill below 80). Two column tiles are left
+// is resident at once with 4 K-splitting warps (mlx4, exl3 and the RegHeavy formats spill below 80). Two column tiles are left
 // uncapped: capped at 72 their x loads' L2 latency was exposed (q4_0 M = 16 47.7 us vs 35).
 template <class F, int NT>
 __host__ __device__ constexpr int max_regs() {
-  return NT == 1 ? (F::kWideX || Prescaled<F>::value ? 80 : 72) : 128;
+  return NT == 1 ? (F::kWideX || Prescaled<F>::value || RegHeavy<F>::value ? 80 : 72) : 128;
 }
 
 template <class F, typename T, int NT>

@@ -387,6 +387,7 @@ template <>
 struct Traits<UQR_Q5_K> {
   static constexpr int kElems = 256, kSubs = 8;
   static constexpr bool kOffset = true, kWideX = false;
+  static constexpr bool kRegHeavy = true;
   static constexpr int kBytes = UQR_Q5_K_BYTES;
   template <typename T>
   __device__ static void codes(const uint8_t* blk, int, int s, int c, uint32_t (&r)[4]) {
@@ -570,6 +571,15 @@ template <class F, class = void>
 struct Prescaled : std::false_type {};
 template <class F>
 struct Prescaled<F, std::void_t<decltype(F::kPrescaled)>> : std::integral_constant<bool, F::kPrescaled> {};
+
+// Whether F's decode keeps more values live than a 4-bit affine format's (q5_k: the fifth bit plane
+// and paired 6-bit scales; iq4_xs and mxfp4: the 16-entry value table): those get the wide-x
+// formats' register budget in the small-M kernel and two CTAs an SM (not three) in the split
+// build, where the default budgets make ptxas spill.
+template <class F, class = void>
+struct RegHeavy : std::false_type {};
+template <class F>
+struct RegHeavy<F, std::void_t<decltype(F::kRegHeavy)>> : std::integral_constant<bool, F::kRegHeavy> {};
 
 // B fragment from two words of x: (wa, wb) = ((v, v+1), (v+2, v+3)) -> b0 = (v, v+2), b1 = (v+1, v+3).
 __device__ __forceinline__ void xfrag(uint32_t wa, uint32_t wb, uint32_t& b0, uint32_t& b1) {
@@ -765,6 +775,7 @@ template <>
 struct Traits<UQR_MXFP4> {
   static constexpr int kElems = 32, kSubs = 1;
   static constexpr bool kOffset = false, kWideX = false;
+  static constexpr bool kRegHeavy = true;
   static constexpr int kBytes = UQR_MXFP4_BYTES;
   using Scales = BlockScales<Traits>;
   template <typename T>
@@ -780,6 +791,7 @@ template <>
 struct Traits<UQR_IQ4_XS> {
   static constexpr int kElems = 256, kSubs = 8;
   static constexpr bool kOffset = false, kWideX = false;
+  static constexpr bool kRegHeavy = true;
   static constexpr int kBytes = UQR_IQ4_XS_BYTES;
   using Scales = BlockScales<Traits>;
   template <typename T>
