@@ -1,7 +1,8 @@
 """Tiny random transformers models of several architectures, written as GGUF files the way
 llama.cpp's converter writes them: gguf's tensor names, q/k rows in llama.cpp's rotary order for
 llama-architecture files, Gemma norms stored as 1 + w, fused Phi-3 projections kept fused, and
-the linear weights in a mix of packed ggml types made by torch_uqr's quantizers.
+the linear weights in a mix of packed ggml types made by torch_uqr's quantizers (or, for
+``write_q4_k_m_gguf``, in the types llama.cpp's Q4_K_M recipe picks: ``q4_k_m_type``).
 
 Every file carries a small byte-level BPE tokenizer (the 256 byte symbols, a few merges, ChatML
 special tokens and a chat template), so transformers' GGUF tokenizer loading, ``apply_chat_template``
@@ -10,6 +11,9 @@ and the command line work on it.
 from __future__ import annotations
 
 import os
+import re
+from dataclasses import dataclass
+from typing import Callable
 
 import gguf
 import numpy as np
@@ -21,6 +25,20 @@ from torch_uqr.nn import block_size_of
 T = gguf.GGMLQuantizationType
 HIDDEN, FFN, LAYERS, HEADS, KV_HEADS, HEAD_DIM, CTX = 128, 256, 2, 4, 2, 32, 512
 ROPE_THETA = 10000.0
+
+
+@dataclass(frozen=True)
+class Dims:
+    """A tiny model's sizes; head_dim None keeps the architecture's own (``ARCHS`` overrides)."""
+    hidden: int = HIDDEN
+    ffn: int = FFN
+    layers: int = LAYERS
+    heads: int = HEADS
+    kv_heads: int = KV_HEADS
+    head_dim: int | None = None
+
+
+DIMS = Dims()
 
 # name -> (transformers config class, config overrides, GGUF architecture, general.name, tied head)
 ARCHS = {
@@ -86,14 +104,16 @@ def _add_tokenizer(w: "gguf.GGUFWriter") -> None:
     w.add_chat_template(CHAT_TEMPLATE)
 
 
-def tiny_model(name: str, seed: int = 0):
+def tiny_model(name: str, seed: int = 0, dims: Dims = DIMS):
     """A random transformers causal LM of architecture ``name`` (weights large enough for clear argmaxes)."""
     import transformers
 
     cls, extra, _, _, tied = ARCHS[name]
-    cfg = getattr(transformers, cls)(vocab_size=VOCAB, hidden_size=HIDDEN, intermediate_size=FFN,
-                                     num_hidden_layers=LAYERS, num_attention_heads=HEADS,
-                                     num_key_value_heads=KV_HEADS, max_position_embeddings=CTX,
+    if dims.head_dim is not None:
+        extra = {**extra, "head_dim": dims.head_dim}
+    cfg = getattr(transformers, cls)(vocab_size=VOCAB, hidden_size=dims.hidden, intermediate_size=dims.ffn,
+                                     num_hidden_layers=dims.layers, num_attention_heads=dims.heads,
+                                     num_key_value_heads=dims.kv_heads, max_position_embeddings=CTX,
                                      rms_norm_eps=1e-6, tie_word_embeddings=tied, initializer_range=0.1, **extra)
     torch.manual_seed(seed)
     model = transformers.AutoModelForCausalLM.from_config(cfg, dtype=torch.float32)
@@ -112,21 +132,33 @@ def _rotary_interleaved(w: torch.Tensor, n_heads: int) -> torch.Tensor:
     return w.reshape(n_heads, 2, d // 2, *w.shape[1:]).transpose(1, 2).reshape(w.shape)
 
 
-def write_tiny_gguf(name: str, path: str, seed: int = 0) -> dict:
-    """Write architecture ``name`` to ``path``; returns {gguf tensor name: ggml type name}."""
-    model = tiny_model(name, seed)
+# (gguf tensor name, row length K, layer or None, number of layers) -> ggml type name
+TypeChooser = Callable[[str, int, "int | None", int], str]
+
+
+def write_tiny_gguf(name: str, path: str, seed: int = 0, *, dims: Dims = DIMS,
+                    choose_type: TypeChooser | None = None, non_native: dict | None = None) -> dict:
+    """Write architecture ``name`` to ``path``; returns {gguf tensor name: ggml type name}.
+
+    Without ``choose_type`` the linear weights cycle through ``PACKED`` (the token embedding
+    Q8_0); with it, each 2-D tensor gets the type it names. ``non_native`` ({gguf name: ggml
+    type}) defaults to ``NON_NATIVE[name]``; those tensors are written as random NVFP4 blocks.
+    """
+    model = tiny_model(name, seed, dims)
     cfg = model.config
     _, _, arch, general_name, tied = ARCHS[name]
+    if non_native is None:
+        non_native = NON_NATIVE.get(name, {})
     arch_id = next(k for k, v in gguf.MODEL_ARCH_NAMES.items() if v == arch)
-    names = gguf.get_tensor_name_map(arch_id, LAYERS)
+    names = gguf.get_tensor_name_map(arch_id, dims.layers)
     w = gguf.GGUFWriter(path, arch)
     w.add_name(general_name)
     w.add_context_length(CTX)
-    w.add_block_count(LAYERS)
-    w.add_embedding_length(HIDDEN)
-    w.add_feed_forward_length(FFN)
-    w.add_head_count(HEADS)
-    w.add_head_count_kv(KV_HEADS)
+    w.add_block_count(dims.layers)
+    w.add_embedding_length(dims.hidden)
+    w.add_feed_forward_length(dims.ffn)
+    w.add_head_count(dims.heads)
+    w.add_head_count_kv(dims.kv_heads)
     w.add_layer_norm_rms_eps(1e-6)
     w.add_rope_freq_base(ROPE_THETA)
     w.add_vocab_size(VOCAB)
@@ -147,16 +179,20 @@ def write_tiny_gguf(name: str, path: str, seed: int = 0) -> dict:
         assert gname is not None, f"{name}: no GGUF name for {hf_name}"
         t = p.detach().float()
         if arch == "llama" and gname.endswith(("attn_q.weight", "attn_k.weight")):
-            t = _rotary_interleaved(t, HEADS if ".attn_q." in gname else KV_HEADS)
+            t = _rotary_interleaved(t, dims.heads if ".attn_q." in gname else dims.kv_heads)
         if name.startswith("gemma") and gname.endswith("norm.weight"):
             t = t + 1  # llama.cpp stores Gemma's (1 + w) RMSNorm weight as the full factor
-        special = NON_NATIVE.get(name, {}).get(gname)
+        special = non_native.get(gname)
         if special is not None:
             w.add_tensor(gname, nvfp4_blocks(t.shape, seed=linear_i), raw_dtype=special)
             types[gname] = special.name
         elif t.dim() == 2:
-            fmts = [f for f in PACKED if t.shape[1] % block_size_of(f) == 0]
-            fmt = "q8_0" if gname == "token_embd.weight" else fmts[linear_i % len(fmts)]
+            if choose_type is not None:
+                layer = re.match(r"blk\.(\d+)\.", gname)
+                fmt = choose_type(gname, t.shape[1], layer and int(layer.group(1)), dims.layers).lower()
+            else:
+                fmts = [f for f in PACKED if t.shape[1] % block_size_of(f) == 0]
+                fmt = "q8_0" if gname == "token_embd.weight" else fmts[linear_i % len(fmts)]
             linear_i += 1
             qt = torch_uqr.quantize(t, fmt)
             w.add_tensor(gname, qt.data.numpy(), raw_dtype=T[fmt.upper()])
@@ -169,6 +205,60 @@ def write_tiny_gguf(name: str, path: str, seed: int = 0) -> dict:
     w.write_tensors_to_file()
     w.close()
     return types
+
+
+# Type chosen when a row length K is not a multiple of a k-quant's 256-weight super-block: a 32-weight type.
+K_QUANT_FALLBACK = {"Q4_K": "Q5_0", "Q5_K": "Q5_1", "Q6_K": "Q8_0",
+                    "Q2_K": "IQ4_NL", "Q3_K": "IQ4_NL", "IQ4_XS": "IQ4_NL"}
+
+
+def more_bits_layer(layer: int, n_layers: int) -> bool:
+    """Whether llama.cpp's k-quant "_M" mixes give ``layer`` more bits: the first and the last
+    eighth of the layers (by integer division), and every third layer in between, counting from
+    the end of the first eighth (its layers 2, 5, 8, ...)."""
+    eighth = n_layers // 8
+    return layer < eighth or layer >= 7 * n_layers // 8 or (layer - eighth) % 3 == 2
+
+
+def q4_k_m_type(gguf_name: str, K: int, layer: int | None, n_layers: int, tied: bool = False) -> str:
+    """The ggml type llama.cpp's ``llama-quantize ... Q4_K_M`` gives a 2-D weight of a llama model.
+
+    The mix starts from Q4_K for every weight, the token embedding included, then raises a few:
+
+    * ``output.weight`` (and a tied model's ``token_embd.weight``, which doubles as the head) gets Q6_K;
+    * ``attn_v.weight`` and ``ffn_down.weight`` get Q6_K in the layers :func:`more_bits_layer` picks;
+    * everything else (q, k, attn_output, ffn_gate, ffn_up) stays Q4_K.
+
+    Last, the row length decides: a k-quant needs K to be a multiple of 256, and where it is not,
+    llama.cpp falls back to a 32-weight type of at least as many bits (``K_QUANT_FALLBACK``:
+    Q4_K -> Q5_0, Q6_K -> Q8_0, ...). For the head llama.cpp writes Q8_0 at once, which is the same.
+    (Recent llama.cpp sends Q2_K and Q3_K to Q4_0 rather than IQ4_NL; Q4_K_M never asks for either.)
+    The MoE (8 experts), Falcon and 70B special cases are left out. llama.cpp counts attn_v and
+    ffn_down tensors in its layer-sorted order, which is the layer index used here.
+    """
+    if gguf_name == "output.weight" or (tied and gguf_name == "token_embd.weight"):
+        ggml = "Q6_K"
+    elif gguf_name.endswith(("attn_v.weight", "ffn_down.weight")) and more_bits_layer(layer, n_layers):
+        ggml = "Q6_K"
+    else:
+        ggml = "Q4_K"
+    if K % 256:
+        ggml = K_QUANT_FALLBACK[ggml]
+        if K % 32:  # llama.cpp would write F16 here; the tiny models never need it
+            raise ValueError(f"{gguf_name}: K={K} is not a multiple of 32")
+    return ggml
+
+
+# A llama model whose hidden size (640) is not a multiple of 256, so most Q4_K_M weights fall back
+# to 32-weight types; FFN 1792 = 7 * 256 keeps ffn_down in k-quants; 8 layers give every branch of
+# the more-bits rule (layer 0: first eighth, 3 and 6: every third, 7: last eighth).
+Q4_K_M_DIMS = Dims(hidden=640, ffn=1792, layers=8, heads=10, kv_heads=2, head_dim=64)
+
+
+def write_q4_k_m_gguf(path: str, seed: int = 0, non_native: dict | None = None) -> dict:
+    """The llama model of ``Q4_K_M_DIMS`` with llama.cpp's Q4_K_M type mix; {gguf name: ggml type}."""
+    return write_tiny_gguf("llama", path, seed, dims=Q4_K_M_DIMS, choose_type=q4_k_m_type,
+                           non_native=non_native or {})
 
 
 def reference_model(path: str):
