@@ -127,6 +127,21 @@ def test_command_line_generates_for_every_architecture(files, name, capsys):
     assert "modules packed" in out and "prefill" in out and "decode" in out and "peak memory" in out
 
 
+def test_command_line_threads(files, capsys):
+    from torch_uqr.cli.generate import main
+
+    path, _ = files["qwen2"]
+    before = torch.get_num_threads()
+    try:
+        assert main(["--gguf", path, "--max-new-tokens", "2", "--threads", "1"]) == 0
+        assert torch.get_num_threads() == 1
+        assert "; 1 CPU threads" in capsys.readouterr().out
+    finally:
+        torch.set_num_threads(before)
+    with pytest.raises(SystemExit):
+        main(["--gguf", path, "--threads", "-1"])
+
+
 def test_command_line_fmt_keeps_the_output_head(files, capsys):
     from torch_uqr.cli.generate import main
 

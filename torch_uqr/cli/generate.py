@@ -42,11 +42,17 @@ def parse_args(argv):
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--no-direct-heads", action="store_true",
                    help="use transformers' transposing attention instead of the direct-head layout")
+    p.add_argument("--threads", type=int, default=0,
+                   help="CPU threads (torch.set_num_threads) for the whole run; default: torch's own "
+                        "setting. On a machine where other processes use cores, give the free cores: "
+                        "threads waiting on busy cores slow decoding by an order of magnitude")
     p.add_argument("--tp", type=int, default=1,
                    help="tensor-parallel ranks (launch: torchrun --nproc-per-node N -m torch_uqr generate --tp N)")
     args = p.parse_args(argv)
     if args.max_new_tokens < 1:
         p.error("--max-new-tokens must be >= 1")
+    if args.threads < 0:
+        p.error("--threads must be >= 1 (or 0: torch's own setting)")
     return args
 
 
@@ -138,6 +144,8 @@ def peak_memory_mib(device: torch.device) -> float:
 
 def main(argv=None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
+    if args.threads:  # per process: under torchrun, each rank's threads
+        torch.set_num_threads(args.threads)
     if args.tp != 1 or "WORLD_SIZE" in os.environ:
         from .tp import generate_main
 
@@ -167,7 +175,8 @@ def main(argv=None) -> int:
     device = torch.device(args.device)
     print(f"\n\n# prefill {r['prompt_tokens']} tokens in {r['prefill_s']:.2f} s ({r['prefill_tok_s']:.1f} tok/s); "
           f"decode {len(r['tokens'])} tokens at {r['decode_tok_s']:.1f} tok/s; "
-          f"peak memory {peak_memory_mib(device):.0f} MiB")
+          f"peak memory {peak_memory_mib(device):.0f} MiB"
+          + (f"; {torch.get_num_threads()} CPU threads" if device.type == "cpu" else ""))
     return 0
 
 
