@@ -199,7 +199,7 @@ def bench_main(argv: list[str]) -> int:
     p = argparse.ArgumentParser(prog="torchrun --nproc-per-node N -m torch_uqr bench --tp N",
                                 description=__doc__.split("\n\n")[0])
     p.add_argument("--tp", type=int, required=True, help="ranks (the torchrun process count; 1: no torchrun)")
-    p.add_argument("--gguf", default=None, help="model of the decode-step timing (default: SmolLM2-135M Q4_1)")
+    p.add_argument("--gguf", default=None, help="model of the decode-step timing (default: the generate command's default model)")
     p.add_argument("--fmt", default="q4_0", help="format of the layer pair (default: %(default)s)")
     p.add_argument("--shape", default="5632,2048", help="F,K of the layer pair: up [F, K], down [K, F]")
     p.add_argument("--m", type=int, default=1, help="rows of x (1: a decode step)")

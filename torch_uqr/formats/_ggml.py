@@ -18,7 +18,9 @@ from typing import Callable
 import numpy as np
 import torch
 
-__all__ = ["GROUP_MAX_EPS", "IQ4_VALUES", "f32", "sliced", "rdiv", "seq_sum", "seq_sum_tensor", "make_qx_quants",
+from ._checks import f16_or_raise
+
+__all__ = ["GROUP_MAX_EPS", "min_max_codes", "IQ4_VALUES", "f32", "sliced", "rdiv", "seq_sum", "seq_sum_tensor", "make_qx_quants",
            "make_qkx2_quants", "k_block_weights", "nearest_int", "first_absmax", "best_index", "nearest_level",
            "lut_decode", "pack_2bit_quarters", "unpack_2bit_quarters"]
 
@@ -247,3 +249,15 @@ def unpack_2bit_quarters(qs: torch.Tensor) -> torch.Tensor:
     q = qs.to(torch.int32).reshape(-1, 2, 1, 32)
     shifts = torch.tensor([0, 2, 4, 6], dtype=torch.int32, device=qs.device).reshape(1, 1, 4, 1)
     return ((q >> shifts) & 3).reshape(-1, 256)
+
+
+def min_max_codes(x: torch.Tensor, qmax: int, name: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """ggml's rounding of blocks ``x`` ``[n, 32]`` for the formats with a scale and a minimum:
+    ``d = (max - min)/qmax``, ``m = min``, codes ``trunc((x - min)/d + 0.5)``. Returns fp16-rounded
+    (d, m) ``[n]`` and the codes."""
+    lo = x.min(1).values
+    hi = x.max(1).values
+    d = (hi - lo) / qmax
+    inv = torch.where(d != 0, 1.0 / d, torch.zeros_like(d))
+    q = torch.trunc((x - lo.unsqueeze(1)) * inv.unsqueeze(1) + 0.5).clamp(0, qmax)
+    return f16_or_raise(d, name, "scale d"), f16_or_raise(lo, name, "min m", tolerance=None), q

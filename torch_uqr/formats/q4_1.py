@@ -7,23 +7,13 @@ from __future__ import annotations
 import torch
 
 from ._bytes import as_blocks, f16_field, random_f16, read_f16
-from ._checks import f16_or_raise, require_finite_f16
+from ._checks import require_finite_f16
+from ._ggml import min_max_codes
 from .q4_0 import join_nibbles, split_nibbles
 
 NAME = "q4_1"
 BLOCK = 32
 BLOCK_BYTES = 20
-
-
-def min_max_codes(x: torch.Tensor, qmax: int, name: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """ggml's q4_1 / q5_1 rounding of blocks ``x`` ``[n, 32]``: ``d = (max - min)/qmax``,
-    ``m = min``, codes ``trunc((x - min)/d + 0.5)``. Returns fp16-rounded (d, m) ``[n]`` and codes."""
-    lo = x.min(1).values
-    hi = x.max(1).values
-    d = (hi - lo) / qmax
-    inv = torch.where(d != 0, 1.0 / d, torch.zeros_like(d))
-    q = torch.trunc((x - lo.unsqueeze(1)) * inv.unsqueeze(1) + 0.5).clamp(0, qmax)
-    return f16_or_raise(d, name, "scale d"), f16_or_raise(lo, name, "min m", tolerance=None), q
 
 
 def quantize(w: torch.Tensor, group_size: int = 0) -> torch.Tensor:

@@ -9,7 +9,7 @@ import torch
 
 from ._bytes import as_blocks, f16_field, random_f16, read_f16
 from ._checks import require_finite_f16
-from .q4_1 import min_max_codes
+from ._ggml import min_max_codes
 from .q5_0 import join_codes, split_codes
 
 NAME = "q5_1"
