@@ -407,40 +407,51 @@ struct BlockDecoder<UQR_IQ4_XS, 0> : GenericDecoder<UQR_IQ4_XS, 0> {
   }
 };
 
-// q3_k: element 128h + 32s + l takes bits 2s of qs[32h + l] and bit 4h + s of hmask[l] (bit 2).
+// q3_k / q2_k: element 128h + 32s + l takes bits 2s of qs[32h + l], so the 32 codes of one (h, s)
+// are the four 8-byte words of qs[32h..32h+31] shifted by 2s and masked per byte (SWAR; words 0-1
+// are sub-block 8h + 2s, words 2-3 the next one).
+constexpr uint64_t kBytes01 = 0x0101010101010101ull;
+
+// q3_k: bit 2 of the code is bit 4h + s of hmask[l]; the int8 q - 4 is the low 2 bits, with 0xFC
+// above them where that bit is clear.
 template <>
 struct BlockDecoder<UQR_Q3_K, 0> : GenericDecoder<UQR_Q3_K, 0> {
   static inline void decode(const uint8_t* blk, vf* out) {
     const float d = load_half(blk + UQR_Q3_K_D);
-    const uint8_t* hm = blk;
+    uint64_t hm[4];
+    std::memcpy(hm, blk, 32);
     for (int h = 0; h < 2; ++h) {
-      const uint8_t* qs = blk + UQR_Q3_K_QS + 32 * h;
-      alignas(32) uint8_t q[4][32];
-      for (int s = 0; s < 4; ++s)
-        for (int l = 0; l < 32; ++l)
-          q[s][l] = static_cast<uint8_t>((((qs[l] >> (2 * s)) & 3) | (((hm[l] >> (4 * h + s)) & 1) << 2)) - 4);
-      for (int v = 0; v < 8; ++v) {
-        const vf dl = vset1(d * static_cast<float>(uqr_q3_k_scale(blk, 8 * h + v) - 32));
-        out[8 * h + v] = vmul(vfrom_s8(q[v >> 1] + 16 * (v & 1)), dl);
+      uint64_t qs[4];
+      std::memcpy(qs, blk + UQR_Q3_K_QS + 32 * h, 32);
+      for (int s = 0; s < 4; ++s) {
+        uint64_t c[4];
+        for (int i = 0; i < 4; ++i)
+          c[i] = ((qs[i] >> (2 * s)) & (3 * kBytes01)) | ((((hm[i] >> (4 * h + s)) & kBytes01) ^ kBytes01) * 0xFC);
+        const int j = 8 * h + 2 * s;
+        out[j] = vmul(vfrom_s8(c[0], c[1]), vset1(d * static_cast<float>(uqr_q3_k_scale(blk, j) - 32)));
+        out[j + 1] = vmul(vfrom_s8(c[2], c[3]), vset1(d * static_cast<float>(uqr_q3_k_scale(blk, j + 1) - 32)));
       }
     }
   }
 };
 
-// q2_k: element 128h + 32s + l takes bits 2s of qs[32h + l]; y = (d sc) q - dmin m.
+// q2_k: y = (d sc) q - dmin m with scales[j] = sc | m << 4.
 template <>
 struct BlockDecoder<UQR_Q2_K, 0> : GenericDecoder<UQR_Q2_K, 0> {
   static inline void decode(const uint8_t* blk, vf* out) {
     const float d = load_half(blk + UQR_Q2_K_D), dmin = load_half(blk + UQR_Q2_K_DMIN);
     for (int h = 0; h < 2; ++h) {
-      const uint8_t* qs = blk + UQR_Q2_K_QS + 32 * h;
-      alignas(32) uint8_t q[4][32];
-      for (int s = 0; s < 4; ++s)
-        for (int l = 0; l < 32; ++l) q[s][l] = static_cast<uint8_t>((qs[l] >> (2 * s)) & 3);
-      for (int v = 0; v < 8; ++v) {
-        const uint32_t sc = blk[8 * h + v];
-        const vf dl = vset1(d * static_cast<float>(sc & 15u)), ml = vset1(dmin * static_cast<float>(sc >> 4));
-        out[8 * h + v] = vfms(vfrom_u8(q[v >> 1] + 16 * (v & 1)), dl, ml);
+      uint64_t qs[4];
+      std::memcpy(qs, blk + UQR_Q2_K_QS + 32 * h, 32);
+      for (int s = 0; s < 4; ++s) {
+        uint64_t c[4];
+        for (int i = 0; i < 4; ++i) c[i] = (qs[i] >> (2 * s)) & (3 * kBytes01);
+        for (int half = 0; half < 2; ++half) {
+          const int j = 8 * h + 2 * s + half;
+          const uint32_t sc = blk[j];
+          const vf dl = vset1(d * static_cast<float>(sc & 15u)), ml = vset1(dmin * static_cast<float>(sc >> 4));
+          out[j] = vfms(vfrom_u8(c[2 * half], c[2 * half + 1]), dl, ml);
+        }
       }
     }
   }
