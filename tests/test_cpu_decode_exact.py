@@ -5,7 +5,8 @@ is one weight times 1 plus weights times 0, all exact in fp32, so any difference
 (``module.decode``, what ``torch_uqr.dequantize`` runs) is a decoder difference, not accumulation
 error. Blocks: random valid ones, random bytes, and a valid block with each byte in turn set to
 values that put an fp16 / E8M0 scale at its extremes (subnormal, largest finite, inf, NaN) and
-every code bit on or off. M = 8 runs the fused decode+dot kernel, M = K the panel path.
+every code bit on or off. M = 1 and 8 run the fused decode+dot kernel (4- and 1-row weight tiles),
+M = K the panel path.
 
 A weight row with a non-finite value makes its whole output column non-finite (0 * inf = NaN), so
 such rows are held only to being non-finite (NaN / inf propagate); every other row must match
@@ -42,9 +43,12 @@ def blocks(fmt: str, g: int | None, seed: int) -> torch.Tensor:
         for i, v in enumerate(EXTREMES):
             ext[pos * len(EXTREMES) + i, pos] = v
     out = torch.cat([valid, valid_for_reference(fmt, g, torch.cat([rand, ext]))])
+    # whole rows, and a row count of 3 mod 4 so the fused kernel's 4-row tiles leave a 1-row tail
     per_row = K // elems
-    pad = (-out.shape[0]) % per_row
-    return torch.cat([out, valid[:pad]]) if pad else out
+    rows = -(-out.shape[0] // per_row)
+    rows += (3 - rows) % 4
+    pad = rows * per_row - out.shape[0]
+    return torch.cat([out, valid[torch.arange(pad) % n_valid]]) if pad else out
 
 
 def valid_for_reference(fmt: str, g: int | None, cand: torch.Tensor) -> torch.Tensor:
@@ -70,7 +74,7 @@ def valid_for_reference(fmt: str, g: int | None, cand: torch.Tensor) -> torch.Te
 
 
 @pytest.mark.parametrize("fmt,g", CASES, ids=IDS)
-@pytest.mark.parametrize("M", [8, K])
+@pytest.mark.parametrize("M", [1, 8, K])
 def test_cpu_decode_matches_reference_bitwise(fmt: str, g: int | None, M: int) -> None:
     elems, _ = format_table.spec(fmt).block_geometry(g or 0)
     data = blocks(fmt, g, seed=1234)
