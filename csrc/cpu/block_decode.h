@@ -267,7 +267,9 @@ struct BlockDecoder<UQR_MLX4, G> : GenericDecoder<UQR_MLX4, G> {
 
 // The newer GGUF formats, one decoder per format for every vector ISA. Each assembles its integer
 // codes (already offset, as int8, where the reference subtracts before converting) in fixed-size byte
-// loops the compiler vectorizes, then converts 16 at a time and applies the sub-block factors with
+// loops the compiler vectorizes (q5_k, q6_k) or in 64-bit words (q5_0, q5_1, q3_k, q2_k: a handful
+// of ALU operations per 8 codes, whatever the vectorizer decides in the caller), a byte shuffle
+// (the codebook formats), then converts 16 at a time and applies the sub-block factors with
 // the reference's own operations: (q - z) d is a convert and a multiply of the offset code (not
 // fma(q, d, -z d), which differs from it for an infinite d), and the affine forms q s + m / q s - m
 // are FMAs because their products are exact (at most 11 + 6 + 5 significant bits), so fusing
