@@ -7,8 +7,10 @@
 // then a 16-entry table permute or an int->float convert); var_affine has a block-level scalar
 // decoder (its code width changes per sub-block). Without AVX-512 the q4/q8/mlx4 formats have
 // decoders written on cpu_simd.h's vector helpers (AVX2, NEON or the portable array); ternary and
-// exl3 go through the shared scalar uqr_decode8_* of uqr/formats.h. The tests hold each of them
-// equal to the Python reference decoder.
+// exl3 go through the shared scalar uqr_decode8_* of uqr/formats.h. The newer GGUF formats (q5_0,
+// q5_1, q5_k, q6_k, q3_k, q2_k, iq4_nl, iq4_xs, mxfp4) have one decoder each on the vector helpers
+// for every ISA. The tests hold each of them bit-equal to the Python reference decoder
+// (tests/test_cpu_decode_exact.py).
 #pragma once
 #include <c10/util/Exception.h>
 
@@ -262,6 +264,200 @@ struct BlockDecoder<UQR_MLX4, G> : GenericDecoder<UQR_MLX4, G> {
 };
 
 #endif  // UQR_CPU_AVX512
+
+// The newer GGUF formats, one decoder per format for every vector ISA. Each assembles its integer
+// codes (already offset, as int8, where the reference subtracts before converting) in fixed-size byte
+// loops the compiler vectorizes (q5_k, q6_k) or in 64-bit words (q5_0, q5_1, q3_k, q2_k: a handful
+// of ALU operations per 8 codes, whatever the vectorizer decides in the caller), a byte shuffle
+// (the codebook formats), then converts 16 at a time and applies the sub-block factors with
+// the reference's own operations: (q - z) d is a convert and a multiply of the offset code (not
+// fma(q, d, -z d), which differs from it for an infinite d), and the affine forms q s + m / q s - m
+// are FMAs because their products are exact (at most 11 + 6 + 5 significant bits), so fusing
+// changes no rounding.
+
+// Bits 0-7 of b -> bytes 0-7 of the result, each 0x10 (bit set) or 0: byte i of b * 0x01..01 is
+// b, the mask keeps its bit i, and adding 0x7F carries into bit 7 exactly when that bit is set.
+inline uint64_t bits_to_0x10_bytes(uint32_t b) {
+  const uint64_t spread = ((static_cast<uint64_t>(b & 0xFFu) * 0x0101010101010101ull) & 0x8040201008040201ull);
+  return ((spread + 0x7F7F7F7F7F7F7F7Full) >> 3) & 0x1010101010101010ull;
+}
+
+// q5_0 / q5_1 codes as four words of 8 bytes (elements 8i..8i+7 in word i), assembled SWAR-style:
+// word i takes the low 4 bits from qs (low nibbles for words 0-1, high for 2-3) and bit 4 from qh
+// byte i. q5_0's words hold q - 16 as int8: the low nibble, with 0xF0 above it when bit 4 is clear.
+template <bool kSigned>
+inline void q5_codes(const uint8_t* qh_p, const uint8_t* qs, uint64_t* c) {
+  const uint32_t qh = uqr_load_u32(qh_p);
+  uint64_t w0, w1;
+  std::memcpy(&w0, qs, 8), std::memcpy(&w1, qs + 8, 8);
+  const uint64_t m = 0x0F0F0F0F0F0F0F0Full;
+  const uint64_t nib[4] = {w0 & m, w1 & m, (w0 >> 4) & m, (w1 >> 4) & m};
+  for (int i = 0; i < 4; ++i) {
+    const uint64_t h = bits_to_0x10_bytes(qh >> (8 * i));
+    c[i] = kSigned ? nib[i] | ((h ^ 0x1010101010101010ull) * 0x0F) : nib[i] | h;
+  }
+}
+
+template <>
+struct BlockDecoder<UQR_Q5_0, 0> : GenericDecoder<UQR_Q5_0, 0> {
+  static inline void decode(const uint8_t* blk, vf* out) {
+    const vf d = vset1(load_half(blk));
+    uint64_t c[4];
+    q5_codes<true>(blk + UQR_Q5_0_QH, blk + UQR_Q5_0_QS, c);
+    out[0] = vmul(vfrom_s8(c[0], c[1]), d);
+    out[1] = vmul(vfrom_s8(c[2], c[3]), d);
+  }
+};
+
+template <>
+struct BlockDecoder<UQR_Q5_1, 0> : GenericDecoder<UQR_Q5_1, 0> {
+  static inline void decode(const uint8_t* blk, vf* out) {
+    const vf d = vset1(load_half(blk)), m = vset1(load_half(blk + 2));
+    uint64_t c[4];
+    q5_codes<false>(blk + UQR_Q5_1_QH, blk + UQR_Q5_1_QS, c);
+    out[0] = vfma(vfrom_u8(c[0], c[1]), d, m);
+    out[1] = vfma(vfrom_u8(c[2], c[3]), d, m);
+  }
+};
+
+// q5_k: q4_k's scales and nibbles, bit 4 of sub-block j's element i in bit j of qh[i].
+template <>
+struct BlockDecoder<UQR_Q5_K, 0> : GenericDecoder<UQR_Q5_K, 0> {
+  static inline void decode(const uint8_t* blk, vf* out) {
+    const float d = load_half(blk), dmin = load_half(blk + 2);
+    uint32_t w[3], sc[2], mn[2];
+    std::memcpy(w, blk + 4, 12);
+    uqr_q4_k_scale_min_words(w[0], w[1], w[2], false, sc[0], mn[0]);
+    uqr_q4_k_scale_min_words(w[0], w[1], w[2], true, sc[1], mn[1]);
+    const uint8_t* qh = blk + UQR_Q5_K_QH;
+    for (int c = 0; c < 4; ++c) {
+      // qs[32c .. 32c+31]: sub-block 2c in the low nibbles, 2c+1 in the high ones.
+      const uint8_t* qs = blk + UQR_Q5_K_QS + 32 * c;
+      alignas(32) uint8_t q0[32], q1[32];
+      for (int i = 0; i < 32; ++i) {
+        q0[i] = static_cast<uint8_t>((qs[i] & 15) | (((qh[i] >> (2 * c)) & 1) << 4));
+        q1[i] = static_cast<uint8_t>((qs[i] >> 4) | (((qh[i] >> (2 * c + 1)) & 1) << 4));
+      }
+      const int j0 = 2 * c, j1 = 2 * c + 1;
+      const vf s0 = vset1(d * static_cast<float>((sc[j0 >> 2] >> (8 * (j0 & 3))) & 0xFF));
+      const vf m0 = vset1(dmin * static_cast<float>((mn[j0 >> 2] >> (8 * (j0 & 3))) & 0xFF));
+      const vf s1 = vset1(d * static_cast<float>((sc[j1 >> 2] >> (8 * (j1 & 3))) & 0xFF));
+      const vf m1 = vset1(dmin * static_cast<float>((mn[j1 >> 2] >> (8 * (j1 & 3))) & 0xFF));
+      out[4 * c + 0] = vfms(vfrom_u8(q0), s0, m0);
+      out[4 * c + 1] = vfms(vfrom_u8(q0 + 16), s0, m0);
+      out[4 * c + 2] = vfms(vfrom_u8(q1), s1, m1);
+      out[4 * c + 3] = vfms(vfrom_u8(q1 + 16), s1, m1);
+    }
+  }
+};
+
+// q6_k: per half h and quarter t (elements 128h + 32t + l), low 4 bits from
+// ql[64h + 32 (t & 1) + l] (high nibble for t >= 2), top 2 from bits 2t of qh[32h + l].
+template <>
+struct BlockDecoder<UQR_Q6_K, 0> : GenericDecoder<UQR_Q6_K, 0> {
+  static inline void decode(const uint8_t* blk, vf* out) {
+    const float d = load_half(blk + UQR_Q6_K_D);
+    const int8_t* scales = reinterpret_cast<const int8_t*>(blk + UQR_Q6_K_SCALES);
+    for (int h = 0; h < 2; ++h) {
+      const uint8_t* ql = blk + 64 * h;
+      const uint8_t* qh = blk + UQR_Q6_K_QH + 32 * h;
+      alignas(32) uint8_t q[4][32];
+      for (int l = 0; l < 32; ++l) {
+        q[0][l] = static_cast<uint8_t>(((ql[l] & 15) | ((qh[l] & 3) << 4)) - 32);
+        q[1][l] = static_cast<uint8_t>(((ql[32 + l] & 15) | (((qh[l] >> 2) & 3) << 4)) - 32);
+        q[2][l] = static_cast<uint8_t>(((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) - 32);
+        q[3][l] = static_cast<uint8_t>(((ql[32 + l] >> 4) | (((qh[l] >> 6) & 3) << 4)) - 32);
+      }
+      for (int v = 0; v < 8; ++v) {
+        const vf s = vset1(d * static_cast<float>(scales[8 * h + v]));
+        out[8 * h + v] = vmul(s, vfrom_s8(q[v >> 1] + 16 * (v & 1)));
+      }
+    }
+  }
+};
+
+// iq4_nl / mxfp4: q4_0's nibble layout through a 16-entry codebook, y = d V[q] (exact).
+inline void lut_block(const uint8_t* qs, const Lut16& tbl, float d, vf* out) {
+  const vf vd = vset1(d);
+  vf lo, hi;
+  vnibbles_lut(qs, tbl, lo, hi);
+  out[0] = vmul(lo, vd);
+  out[1] = vmul(hi, vd);
+}
+
+inline constexpr Lut16 kIq4Levels = lut16_from_words(UQR_IQ4_WORDS);
+inline constexpr Lut16 kMxfp4Levels = lut16_from_words(UQR_MXFP4_WORDS);
+
+template <>
+struct BlockDecoder<UQR_IQ4_NL, 0> : GenericDecoder<UQR_IQ4_NL, 0> {
+  static inline void decode(const uint8_t* blk, vf* out) { lut_block(blk + 2, kIq4Levels, load_half(blk), out); }
+};
+
+template <>
+struct BlockDecoder<UQR_MXFP4, 0> : GenericDecoder<UQR_MXFP4, 0> {
+  static inline void decode(const uint8_t* blk, vf* out) { lut_block(blk + 1, kMxfp4Levels, uqr_e8m0_half(blk[0]), out); }
+};
+
+// iq4_xs: sub-block j is 16 bytes of qs in iq4_nl's layout, with the factor d (ls_j - 32).
+template <>
+struct BlockDecoder<UQR_IQ4_XS, 0> : GenericDecoder<UQR_IQ4_XS, 0> {
+  static inline void decode(const uint8_t* blk, vf* out) {
+    const float d = load_half(blk);
+    for (int j = 0; j < 8; ++j)
+      lut_block(blk + UQR_IQ4_XS_QS + 16 * j, kIq4Levels, d * static_cast<float>(uqr_iq4_xs_scale(blk, j) - 32),
+                out + 2 * j);
+  }
+};
+
+// q3_k / q2_k: element 128h + 32s + l takes bits 2s of qs[32h + l], so the 32 codes of one (h, s)
+// are the four 8-byte words of qs[32h..32h+31] shifted by 2s and masked per byte (SWAR; words 0-1
+// are sub-block 8h + 2s, words 2-3 the next one).
+constexpr uint64_t kBytes01 = 0x0101010101010101ull;
+
+// q3_k: bit 2 of the code is bit 4h + s of hmask[l]; the int8 q - 4 is the low 2 bits, with 0xFC
+// above them where that bit is clear.
+template <>
+struct BlockDecoder<UQR_Q3_K, 0> : GenericDecoder<UQR_Q3_K, 0> {
+  static inline void decode(const uint8_t* blk, vf* out) {
+    const float d = load_half(blk + UQR_Q3_K_D);
+    uint64_t hm[4];
+    std::memcpy(hm, blk, 32);
+    for (int h = 0; h < 2; ++h) {
+      uint64_t qs[4];
+      std::memcpy(qs, blk + UQR_Q3_K_QS + 32 * h, 32);
+      for (int s = 0; s < 4; ++s) {
+        uint64_t c[4];
+        for (int i = 0; i < 4; ++i)
+          c[i] = ((qs[i] >> (2 * s)) & (3 * kBytes01)) | ((((hm[i] >> (4 * h + s)) & kBytes01) ^ kBytes01) * 0xFC);
+        const int j = 8 * h + 2 * s;
+        out[j] = vmul(vfrom_s8(c[0], c[1]), vset1(d * static_cast<float>(uqr_q3_k_scale(blk, j) - 32)));
+        out[j + 1] = vmul(vfrom_s8(c[2], c[3]), vset1(d * static_cast<float>(uqr_q3_k_scale(blk, j + 1) - 32)));
+      }
+    }
+  }
+};
+
+// q2_k: y = (d sc) q - dmin m with scales[j] = sc | m << 4.
+template <>
+struct BlockDecoder<UQR_Q2_K, 0> : GenericDecoder<UQR_Q2_K, 0> {
+  static inline void decode(const uint8_t* blk, vf* out) {
+    const float d = load_half(blk + UQR_Q2_K_D), dmin = load_half(blk + UQR_Q2_K_DMIN);
+    for (int h = 0; h < 2; ++h) {
+      uint64_t qs[4];
+      std::memcpy(qs, blk + UQR_Q2_K_QS + 32 * h, 32);
+      for (int s = 0; s < 4; ++s) {
+        uint64_t c[4];
+        for (int i = 0; i < 4; ++i) c[i] = (qs[i] >> (2 * s)) & (3 * kBytes01);
+        for (int half = 0; half < 2; ++half) {
+          const int j = 8 * h + 2 * s + half;
+          const uint32_t sc = blk[j];
+          const vf dl = vset1(d * static_cast<float>(sc & 15u)), ml = vset1(dmin * static_cast<float>(sc >> 4));
+          out[j] = vfms(vfrom_u8(c[2 * half], c[2 * half + 1]), dl, ml);
+        }
+      }
+    }
+  }
+};
 
 // var_affine: codes of 3-5 bits, byte-aligned per sub-block (32 codes x B bits = 4B bytes). The
 // payload is copied into a zero-padded local buffer so every code is one unaligned 64-bit load

@@ -169,6 +169,99 @@ inline vf vfrom_s8(const uint8_t* p) {
 #endif
 }
 
+// 16 unsigned bytes -> 16 floats.
+inline vf vfrom_u8(const uint8_t* p) {
+#if UQR_CPU_AVX512
+  return _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))));
+#elif UQR_CPU_AVX2
+  const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+  return {_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(q)), _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(q, 8)))};
+#elif UQR_CPU_NEON
+  const uint8x16_t q = vld1q_u8(p);
+  const uint16x8_t a = vmovl_u8(vget_low_u8(q)), b = vmovl_u8(vget_high_u8(q));
+  return {{vcvtq_f32_u32(vmovl_u16(vget_low_u16(a))), vcvtq_f32_u32(vmovl_u16(vget_high_u16(a))),
+           vcvtq_f32_u32(vmovl_u16(vget_low_u16(b))), vcvtq_f32_u32(vmovl_u16(vget_high_u16(b)))}};
+#else
+  vf r;
+  for (int i = 0; i < kLanes; ++i) r.f[i] = static_cast<float>(p[i]);
+  return r;
+#endif
+}
+
+// The same from 16 bytes held in two words (lo: bytes 0-7, little-endian), for codes assembled in
+// general registers (SWAR): they go to the vector unit without a store and a wider reload.
+inline vf vfrom_u8(uint64_t lo, uint64_t hi) {
+#if UQR_CPU_AVX512
+  return _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_set_epi64x(static_cast<long long>(hi), static_cast<long long>(lo))));
+#elif UQR_CPU_AVX2
+  const __m128i q = _mm_set_epi64x(static_cast<long long>(hi), static_cast<long long>(lo));
+  return {_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(q)), _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(q, 8)))};
+#else
+  uint8_t b[16];
+  std::memcpy(b, &lo, 8), std::memcpy(b + 8, &hi, 8);
+  return vfrom_u8(b);
+#endif
+}
+inline vf vfrom_s8(uint64_t lo, uint64_t hi) {
+#if UQR_CPU_AVX512
+  return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_set_epi64x(static_cast<long long>(hi), static_cast<long long>(lo))));
+#elif UQR_CPU_AVX2
+  const __m128i q = _mm_set_epi64x(static_cast<long long>(hi), static_cast<long long>(lo));
+  return {_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q)), _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(q, 8)))};
+#else
+  uint8_t b[16];
+  std::memcpy(b, &lo, 8), std::memcpy(b + 8, &hi, 8);
+  return vfrom_s8(b);
+#endif
+}
+
+// A 16-entry table of signed bytes (a non-linear 4-bit codebook), 16-byte aligned for one load.
+struct alignas(16) Lut16 {
+  int8_t v[16];
+};
+// The table packed as four little-endian words (w0: entries 0-3), as uqr/formats.h spells them.
+constexpr Lut16 lut16_from_words(uint32_t w0, uint32_t w1, uint32_t w2, uint32_t w3) {
+  const uint32_t w[4] = {w0, w1, w2, w3};
+  Lut16 t{};
+  for (int i = 0; i < 16; ++i) {
+    const int b = static_cast<int>((w[i >> 2] >> (8 * (i & 3))) & 0xFFu);
+    t.v[i] = static_cast<int8_t>(b < 128 ? b : b - 256);
+  }
+  return t;
+}
+
+// 16 code bytes -> tbl[low nibble] (lo) and tbl[high nibble] (hi), 16 floats each, in byte order:
+// one byte shuffle per 16 codes (pshufb / tbl) before the widen, instead of a per-element lookup.
+inline void vnibbles_lut(const uint8_t* p, const Lut16& tbl, vf& lo, vf& hi) {
+#if UQR_CPU_AVX512 || UQR_CPU_AVX2
+  const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p)), m = _mm_set1_epi8(15);
+  const __m128i t = _mm_load_si128(reinterpret_cast<const __m128i*>(tbl.v));
+  // pshufb reads index bits 0-3 (and zeroes on bit 7): both indices are masked to 0-15 first.
+  const __m128i l = _mm_shuffle_epi8(t, _mm_and_si128(q, m));
+  const __m128i h = _mm_shuffle_epi8(t, _mm_and_si128(_mm_srli_epi16(q, 4), m));
+#if UQR_CPU_AVX512
+  lo = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(l));
+  hi = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(h));
+#else
+  lo = {_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(l)), _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(l, 8)))};
+  hi = {_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(h)), _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(h, 8)))};
+#endif
+#elif UQR_CPU_NEON
+  const uint8x16_t q = vld1q_u8(p);
+  const int8x16_t t = vld1q_s8(tbl.v);
+  auto widen = [](int8x16_t b) -> vf {
+    const int16x8_t a = vmovl_s8(vget_low_s8(b)), c = vmovl_s8(vget_high_s8(b));
+    return {{vcvtq_f32_s32(vmovl_s16(vget_low_s16(a))), vcvtq_f32_s32(vmovl_s16(vget_high_s16(a))),
+             vcvtq_f32_s32(vmovl_s16(vget_low_s16(c))), vcvtq_f32_s32(vmovl_s16(vget_high_s16(c)))}};
+  };
+  lo = widen(vqtbl1q_s8(t, vandq_u8(q, vdupq_n_u8(15))));
+  hi = widen(vqtbl1q_s8(t, vshrq_n_u8(q, 4)));
+#else
+  for (int i = 0; i < kLanes; ++i)
+    lo.f[i] = static_cast<float>(tbl.v[p[i] & 15]), hi.f[i] = static_cast<float>(tbl.v[p[i] >> 4]);
+#endif
+}
+
 // 16 code bytes -> their low nibbles (lo) and high nibbles (hi), 16 floats each, in byte order.
 inline void vnibbles(const uint8_t* p, vf& lo, vf& hi) {
 #if UQR_CPU_AVX512

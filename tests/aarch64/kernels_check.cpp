@@ -30,7 +30,10 @@ void instantiate(const uint8_t* w, const uqr_gemm_params& p, float* f, c10::Half
 }
 
 void check_all(const uint8_t* w, const uqr_gemm_params& p, float* f, c10::Half* h, c10::BFloat16* bf, float* out) {
-  for (int fmt : {UQR_Q4_0, UQR_Q4_1, UQR_Q8_0, UQR_Q4_K, UQR_MLX4, UQR_VAR_AFFINE, UQR_EXL3, UQR_TERNARY})
+  // Every format of the generated table, so a new format's decoder is compiled here too.
+#define UQR_CHECK_FMT(id, name) id,
+  for (int fmt : {UQR_FIXED_BLOCK_LIST(UQR_CHECK_FMT) UQR_MLX4})
+#undef UQR_CHECK_FMT
     for (int g : {32, 64, 128})
       with_decoder(fmt, g, [&](auto tag) { instantiate<typename decltype(tag)::type>(w, p, f, h, bf, out); });
 }
