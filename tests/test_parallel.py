@@ -99,20 +99,22 @@ def test_plan_refuses_a_rank_count_without_valid_splits():
     assert parallel.balanced_split(1000, 3, 256) == [0, 512, 768, 1000]
 
 
+# MLP width 512: q4_k's 256-weight super-blocks of down_proj split over 2 ranks.
+WIDE_FFN = tiny_gguf_models.Dims(ffn=512)
+
+
 @pytest.fixture(scope="module")
 def tiny_llama(tmp_path_factory):
     """A tiny llama GGUF (q4_0 / q8_0 / q4_1 / q4_k and the ggml type of ``NON_NATIVE``) whose MLP
     width lets q4_k's 256-weight super-blocks split over 2 ranks."""
     folder = tmp_path_factory.mktemp("tp_gguf")
-    old_ffn, old_cache = tiny_gguf_models.FFN, os.environ.get("UQR_CACHE")
-    tiny_gguf_models.FFN = 512
+    old_cache = os.environ.get("UQR_CACHE")
     os.environ["UQR_CACHE"] = str(folder / "cache")
     try:
         path = str(folder / "llama.gguf")
-        types = tiny_gguf_models.write_tiny_gguf("llama", path, seed=3)
+        types = tiny_gguf_models.write_tiny_gguf("llama", path, seed=3, dims=WIDE_FFN)
         yield path, types
     finally:
-        tiny_gguf_models.FFN = old_ffn
         if old_cache is None:
             os.environ.pop("UQR_CACHE")
         else:
@@ -178,11 +180,10 @@ def test_generate_tp_without_torchrun_is_refused(monkeypatch):
 
 
 @pytest.mark.slow
-def test_safetensors_of_save_quantized_loads_into_shards(tmp_path, monkeypatch):
+def test_safetensors_of_save_quantized_loads_into_shards(tmp_path):
     from torch_uqr.nn import quantize_model, save_quantized
 
-    monkeypatch.setattr(tiny_gguf_models, "FFN", 512)
-    model = tiny_gguf_models.tiny_model("llama", seed=5)
+    model = tiny_gguf_models.tiny_model("llama", seed=5, dims=WIDE_FFN)
     # q4_k where K allows (the MLP's down_proj), q8_0 for the 128-wide layers and the head.
     quantize_model(model, "q4_k", fallback="q8_0", progress=False, verbose=False)
     folder = tmp_path / "ckpt"
@@ -205,10 +206,9 @@ def test_safetensors_of_save_quantized_loads_into_shards(tmp_path, monkeypatch):
 def test_other_architectures_tp2(arch, tmp_path, monkeypatch):
     from torch_uqr.models.auto import load_gguf_model
 
-    monkeypatch.setattr(tiny_gguf_models, "FFN", 512)
     monkeypatch.setenv("UQR_CACHE", str(tmp_path / "cache"))
     path = str(tmp_path / f"{arch}.gguf")
-    tiny_gguf_models.write_tiny_gguf(arch, path, seed=1)
+    tiny_gguf_models.write_tiny_gguf(arch, path, seed=1, dims=WIDE_FFN)
     ranks = _spawn(parallel_workers.model, 2, tmp_path, path, 8)
     full, _ = load_gguf_model(path)
     tokens, logits = parallel_workers._greedy(full, torch.tensor([parallel_workers.PROMPT]), 8)
