@@ -9,9 +9,31 @@ import pytest
 import torch
 
 
-# Every format / mlx4 group the tensor-core kernels handle, as (fmt, group_size) test parameters.
-TC_FORMATS = [("q4_0", 0), ("q4_1", 0), ("q8_0", 0), ("q4_k", 0), ("mlx4", 32), ("mlx4", 64), ("mlx4", 128),
-              ("var_affine", 0), ("exl3", 0), ("ternary", 0)]
+def router_variants(fits) -> list[tuple[str, int]]:
+    """(format, group size or 0) of every table variant, in table order, that the CUDA router's
+    predicate ``fits`` (dispatch.qmma_fits, int8_fits) would send to a kernel, asked with an
+    aligned one-row call whose K is whole stages of every format. Needs no GPU."""
+    from torch_uqr.formats.table import format_cases, spec
+
+    K = 4096
+    x = torch.zeros(1, K, dtype=torch.bfloat16)
+    out = []
+    for fmt, g in format_cases():
+        elems, nbytes = spec(fmt).block_geometry(g or 0)
+        w = torch.zeros(16, K // elems * nbytes, dtype=torch.uint8)
+        if fits(x, w, fmt, K, g or 0, False, 1):
+            out.append((fmt, g or 0))
+    return out
+
+
+def _tc_formats() -> list[tuple[str, int]]:
+    from torch_uqr.backends.cuda.dispatch import qmma_fits
+    return router_variants(qmma_fits)
+
+
+# Every format / mlx4 group the tensor-core kernels take, as (fmt, group_size) test parameters:
+# what the router's own predicate accepts, so a new format is tested the day it gets a kernel.
+TC_FORMATS = _tc_formats()
 TC_FORMAT_IDS = [f"{f}{g or ''}" for f, g in TC_FORMATS]
 # The tensor-core kernels' bound on y's relative error: y's rounding (bf16 2^-9, fp16 2^-12) plus
 # the fp32 sums, with each weight rounded to x's dtype at most once.

@@ -13,29 +13,12 @@ import subprocess
 
 import pytest
 
+from cuda_test_helpers import router_variants
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 NVCC = shutil.which("nvcc") or next(
     (p for p in (os.path.join(os.environ.get("CUDA_HOME", "/usr/local/cuda"), "bin", "nvcc"),) if os.path.exists(p)),
     None)
-
-
-def _router_variants(fits) -> set[tuple[str, int]]:
-    """(format, group size or 0) of every table variant that the CUDA router's predicate ``fits``
-    (dispatch.qmma_fits, int8_fits) would send to a kernel, asked with an aligned
-    one-row call whose K is whole stages of every format."""
-    import torch
-    from torch_uqr.backends.cuda import dispatch
-    from torch_uqr.formats.table import format_cases, spec
-
-    K = 4096
-    x = torch.zeros(1, K, dtype=torch.bfloat16)
-    out = set()
-    for fmt, g in format_cases():
-        elems, nbytes = spec(fmt).block_geometry(g or 0)
-        w = torch.zeros(16, K // elems * nbytes, dtype=torch.uint8)
-        if fits(x, w, fmt, K, g or 0, False, 1):
-            out.add((fmt, g or 0))
-    return out
 
 
 def _expected(source: str) -> set[tuple[str, int]]:
@@ -47,7 +30,7 @@ def _expected(source: str) -> set[tuple[str, int]]:
     # wgmma_fits is qmma_fits plus an sm_90 device and K % 64 == 0, which the probe call meets.
     fits = {"qmma_small_m.cu": dispatch.qmma_fits, "qmma_mid_m.cu": dispatch.qmma_fits,
             "qmma_wgmma.cu": dispatch.qmma_fits, "qmma_int8.cu": dispatch.int8_fits}[source]
-    return _router_variants(fits)
+    return set(router_variants(fits))
 
 
 def _variant(name: str) -> tuple[str, int]:

@@ -252,8 +252,8 @@ def tuning_of(**knobs):
     return tuning.Tuning(**knobs)
 
 
-def _wg(fmt, N, K, rows, sms=132, g=0, **knobs):
-    return dispatch.plan_wgmma(fmt, g, N, K, rows, sms=sms, pdl=True, tune=tuning_of(**knobs))
+def _wg(fmt, N, K, rows, sms=132, g=0, builds=(1, 1, 2), **knobs):
+    return dispatch.plan_wgmma(fmt, g, N, K, rows, sms=sms, pdl=True, builds=builds, tune=tuning_of(**knobs))
 
 
 def test_plan_wgmma() -> None:
@@ -263,17 +263,19 @@ def test_plan_wgmma() -> None:
     # (16 // 4 = 4 >= 4), not 8 (16 // 8 = 2).
     assert _wg("q4_0", 4096, 4096, 32) == dispatch.WgmmaPlan(bm=64, ctas=2, splits=4, pdl=True)
     # q8_0's 64-row tiles do not fit twice: one CTA, slots 132: 64 <= 132 -> 2, 128 <= 132 -> 4.
-    assert _wg("q8_0", 4096, 4096, 40) == dispatch.WgmmaPlan(bm=64, ctas=1, splits=4, pdl=True)
+    assert _wg("q8_0", 4096, 4096, 40, builds=(1, 1, 0)) == dispatch.WgmmaPlan(bm=64, ctas=1, splits=4, pdl=True)
     # mlx4 g128's stage does not fit 128-row tiles: BM 64 at 128 rows, one CTA (rows > 64).
-    assert _wg("mlx4", 14336, 4096, 128, g=128) == dispatch.WgmmaPlan(bm=64, ctas=1, splits=1, pdl=True)
+    assert _wg("mlx4", 14336, 4096, 128, g=128, builds=(0, 1, 0)) == dispatch.WgmmaPlan(bm=64, ctas=1, splits=1,
+                                                                                         pdl=True)
     # 14336 x 4096 at 40 rows: 2 x 112 > 132, no K split -> one CTA.
     assert _wg("q4_0", 14336, 4096, 40).ctas == 1
     # 108 SMs, 4096 x 4096 at 100 rows: BM 128, 32 tiles: 64 <= 108 -> 2; 128 > 108.
     assert _wg("q4_0", 4096, 4096, 100, sms=108).splits == 2
     # Overrides: BM 64 at 128 rows; BM 128 refused where it does not fit; two CTAs forced.
     assert _wg("q4_0", 14336, 4096, 128, wgmma_bm=64).bm == 64
-    assert _wg("mlx4", 14336, 4096, 128, g=128, wgmma_bm=128).bm == 64
+    assert _wg("mlx4", 14336, 4096, 128, g=128, builds=(0, 1, 0), wgmma_bm=128).bm == 64
     assert _wg("q4_0", 14336, 4096, 40, wgmma_ctas=2).ctas == 2
+    assert _wg("q8_0", 14336, 4096, 40, builds=(1, 1, 0), wgmma_ctas=2).ctas == 1  # two do not fit: refused
     assert _wg("q4_0", 4096, 4096, 32, wgmma_ctas=1).ctas == 1
     assert not _wg("q4_0", 4096, 4096, 32, pdl=False).pdl
 

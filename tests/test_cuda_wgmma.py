@@ -114,3 +114,38 @@ def test_wgmma_forced_config(fmt: str, g: int, knobs: str) -> None:
             if knobs == "ctas1":
                 assert plan.ctas == 1
             _check(_wgmma(x, w, fmt, N, K, g), x.double() @ wref.t(), torch.bfloat16, f"{fmt} {knobs} M={M} {plan}")
+
+
+@pytest.mark.parametrize("fmt,g", TC_FORMATS, ids=TC_FORMAT_IDS)
+def test_wgmma_every_build_the_extension_reports(fmt: str, g: int) -> None:
+    """The plan takes its tile builds from the extension (uqr::_cuda_residency "wgmma"): each build
+    it reports runs and matches float64, each it reports as not fitting is refused by the op, and
+    the plans path auto and the overrides make for this format use reported builds only."""
+    from torch_uqr.backends.cuda import tuning
+    from torch_uqr.backends.cuda.dispatch import WGMMA_BUILDS, WgmmaPlan, launch_plan
+    from packed_reference import random_packed, reference_dequantize
+    builds = torch.ops.uqr._cuda_residency("wgmma", fmt, g, True, 1, 0, torch.device("cuda"))
+    assert len(builds) == len(WGMMA_BUILDS) and builds[1] == 1, builds  # BM 64, one CTA: every format
+    N, K = 264, 3072
+    w = random_packed(fmt, N, K, g, seed=fresh_seed(), device="cuda")
+    wref = reference_dequantize(w, fmt, N, K, g)
+    x = torch.randn(40, K, device="cuda", dtype=torch.bfloat16)
+    ref = x.double() @ wref.t()
+    for (bm, ctas), fit in zip(WGMMA_BUILDS, builds):
+        plan = WgmmaPlan(bm=bm, ctas=ctas, splits=1, pdl=True)
+        if fit:
+            assert fit == ctas
+            _check(_wgmma_plan(x, w, fmt, N, K, g, plan), ref, torch.bfloat16, f"{fmt} {plan}")
+        else:
+            with pytest.raises(RuntimeError, match="do not fit|does not fit"):
+                _wgmma_plan(x, w, fmt, N, K, g, plan)
+    for knobs in (dict(), dict(wgmma_bm=128), dict(wgmma_ctas=2)):
+        with tuning.override(**knobs):
+            for M in (7, 40, 100, 200):
+                plan = launch_plan("wgmma", x[:1].expand(M, K), fmt, N, K, g)
+                assert builds[WGMMA_BUILDS.index((plan.bm, plan.ctas))], (knobs, M, plan)
+
+
+def _wgmma_plan(x, w, fmt, N, K, g, plan):
+    from torch_uqr.backends.cuda.dispatch import run_wgmma
+    return run_wgmma(x, w, fmt, N, K, g, plan=plan)

@@ -135,7 +135,7 @@ at::Tensor int8_cuda(const at::Tensor& x, const at::Tensor& w, c10::string_view 
 // uqr::_cuda_residency: resident CTAs an SM of a kernel build on `device`, the device property the
 // router's plan needs for its warps and splits (dispatch.py caches it per device and build):
 // "small_m" and "int8" (`variant`: Int8Variant) give 4 counts, at 1, 2, 4 and 8 K-splitting warps;
-// "mid_split" (the mid-M kernel's 16-row split-K build) one.
+// "mid_split" (the mid-M kernel's 16-row split-K build) one; "wgmma" 3 (WgmmaPlan builds, below).
 std::vector<int64_t> cuda_residency(c10::string_view kernel, c10::string_view fmt_name, int64_t group_size, bool bf16,
                                     int64_t rows, int64_t variant, at::Device device) {
   const int fmt = format_from_name(fmt_name);
@@ -163,8 +163,15 @@ std::vector<int64_t> cuda_residency(c10::string_view kernel, c10::string_view fm
     int fit = 1;
     err = qmma_mid_m_split_fit(p, fit);
     out.assign(1, fit);
+  } else if (kernel == "wgmma") {
+    // The Hopper kernel's tile builds (BM 128 one CTA, BM 64 one CTA, BM 64 two CTAs): their CTAs an
+    // SM, 0 where the format's stage does not fit that build's shared memory. A K of many stages
+    // keeps the splits check out of the answer.
+    p.K = 1 << 20;
+    const WgmmaPlan builds[3] = {{128, 1, 1, false}, {64, 1, 1, false}, {64, 2, 1, false}};
+    for (const WgmmaPlan& b : builds) out.push_back(wgmma_plan_invalid(p, b) == nullptr ? b.ctas : 0);
   } else {
-    UQR_CHECK(false, "uqr::_cuda_residency: kernel: expected 'small_m', 'int8' or 'mid_split', got ",
+    UQR_CHECK(false, "uqr::_cuda_residency: kernel: expected 'small_m', 'int8', 'mid_split' or 'wgmma', got ",
               std::string(kernel));
   }
   UQR_CHECK(err == cudaSuccess, "uqr::_cuda_residency: ", cudaGetErrorString(err));

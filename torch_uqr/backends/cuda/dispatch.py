@@ -329,7 +329,8 @@ class Int8Plan:
 
 
 # residency(kernel, rows, variant) -> resident CTAs an SM: uqr::_cuda_residency for one format,
-# x dtype and device ("small_m" / "int8": at 1, 2, 4, 8 warps; "mid_split": one count).
+# x dtype and device ("small_m" / "int8": at 1, 2, 4, 8 warps; "mid_split": one count; "wgmma":
+# one per WGMMA_BUILDS entry).
 Residency = Callable[[str, int, int], Sequence[int]]
 
 
@@ -360,20 +361,25 @@ def plan_qmma(fmt: str, group_size: int, N: int, K: int, rows: int, *, sms: int,
                     pdl=pdl)
 
 
+# The Hopper kernel's tile builds, in the order uqr::_cuda_residency("wgmma", ...) reports them:
+# (BM, CTAs an SM). A format whose stage does not fit a build's shared memory gets 0 for it.
+WGMMA_BUILDS = ((128, 1), (64, 1), (64, 2))
+
+
 def plan_wgmma(fmt: str, group_size: int, N: int, K: int, rows: int, *, sms: int, pdl: bool,
-               tune: Optional[tuning.Tuning] = None) -> WgmmaPlan:
+               builds: Sequence[int] = (1, 1, 2), tune: Optional[tuning.Tuning] = None) -> WgmmaPlan:
     """The Hopper kernel's plan (configs.WGMMA_BM64_MAX_ROWS; qmma_wgmma.cu says why): column tile,
     CTAs an SM, and K splits while the tiles leave most CTA slots idle (N = 4096: 32 row tiles), so
-    the grid fills one wave, keeping >= 4 stages per split for the pipeline."""
+    the grid fills one wave, keeping >= 4 stages per split for the pipeline. ``builds``: the CTAs an
+    SM of each WGMMA_BUILDS entry for this format (0: its stage does not fit that build)."""
     tune = tune or tuning.current()
-    key = (fmt, group_size if fmt == "mlx4" else 0)
-    fits128 = key not in configs.WGMMA_NO_BM128
+    fits128, fits64x2 = builds[0] > 0, builds[2] > 0
     bm = 128 if rows > configs.WGMMA_BM64_MAX_ROWS and fits128 else 64
     if tune.wgmma_bm == 64 or (tune.wgmma_bm == 128 and fits128):
         bm = tune.wgmma_bm
     row_tiles = -(-N // MID_TILE_ROWS)
     ctas = 1
-    if bm == 64 and key not in configs.WGMMA_NO_TWO_CTAS and (
+    if bm == 64 and fits64x2 and (
             tune.wgmma_ctas == 2
             or (tune.wgmma_ctas is None and rows <= configs.WGMMA_BM64_MAX_ROWS and 2 * row_tiles <= sms)):
         ctas = 2
@@ -436,9 +442,9 @@ def _cached_plan(kind: str, device_index: int, fmt: str, group_size: int, N: int
                  tune: tuning.Tuning):
     sms = _sm_count(torch.device("cuda", device_index))
     pdl = _pdl_device(device_index)
-    if kind == "wgmma":
-        return plan_wgmma(fmt, group_size, N, K, rows, sms=sms, pdl=pdl, tune=tune)
     residency = _residency_of(device_index, fmt, group_size, bf16)
+    if kind == "wgmma":
+        return plan_wgmma(fmt, group_size, N, K, rows, sms=sms, pdl=pdl, builds=residency("wgmma", 1, 0), tune=tune)
     plan = plan_int8 if kind == "int8" else plan_qmma
     return plan(fmt, group_size, N, K, rows, sms=sms, residency=residency, pdl=pdl, tune=tune)
 
