@@ -35,6 +35,7 @@ VEC_MAX_M = 128      # the vec path re-reads W per row; larger M takes seconds
 GEMV_MAX_M = 16      # likewise the one-row CUDA-core kernel
 PAIRED_MIN_M = 512   # from here (compute-bound) the ratio to cuBLAS is also timed interleaved
 WGMMA_MIN_M, WGMMA_BENCH_MAX_M = 17, 512  # the Hopper kernel (sm_90): timed where auto may take it and one step past
+EXACT_KERNELS = ("fused", "scratch", "gemv", "qmma", "wgmma")
 INT8_NOTE = ("int8: path 'int8' (q4_0 / q4_k M <= 16, mlx4 / ternary / var_affine / exl3 M = 1) rounds x to int8 "
              "(one scale per 32 elements, q4_k / var_affine / exl3 per 256, mlx4 per group): its max rel err of a "
              "few 1e-3 is expected")
@@ -90,6 +91,17 @@ def _time_paired(calls_a: list[Callable[[], object]], calls_b: list[Callable[[],
         for run, out, n in ((run_a, ta, len(calls_a)), (run_b, tb, len(calls_b)))[:: 1 if i % 2 == 0 else -1]:
             out.append(_timed_ms(run) / n)
     return statistics.median(ta), statistics.median(tb)
+
+
+def copy_bandwidth_GBps(reps: int, nbytes: int = 1 << 30) -> float:
+    """Device-to-device copy bandwidth (bytes read + bytes written per second) of a buffer far
+    larger than the L2: the bound a memory-bound M = 1 kernel is measured against."""
+    a = torch.empty(nbytes, dtype=torch.uint8, device="cuda")
+    b = torch.empty_like(a)
+    ms = _time_calls([lambda: b.copy_(a)], reps)
+    del a, b
+    torch.cuda.empty_cache()
+    return 2 * nbytes / (ms * 1e-3) / 1e9
 
 
 def _n_sets(bytes_per_set: int, l2: int) -> int:
@@ -204,6 +216,9 @@ def bench_shape(N: int, K: int, Ms, formats, reps: int, l2: int, rows: list) -> 
                         return gemm_cuda_route(xs[j], W[j], fmt, N, K, g, path=path, kernel=kernel)
                     rows.append(_checked_timed_row(call, n_sets, ref, reps, N, K, M, fmt,
                                                    kernel if path == "mma" else "vec", wbytes))
+            # Path auto as a user gets it, graph-replayed: the row the published plot draws.
+            rows.append(_checked_timed_row(lambda j: gemm_cuda_route(xs[j], W[j], fmt, N, K, g), n_sets, ref, reps,
+                                           N, K, M, fmt, "auto", wbytes))
             if int8_available() and int8_fits(xs[0], W[0], fmt, K, g, False, M):
                 # Forced kernel: a row labelled int8 never measures auto's fallback.
                 def call_int8(j):
@@ -269,43 +284,43 @@ def sweep(reps: int, l2: int) -> list:
     return out
 
 
-def plot(rows: list, path: str) -> None:
-    """Time vs M per format, one panel per weight shape."""
+def plot(rows: list, path: str, device: str = "CUDA") -> None:
+    """Throughput relative to cuBLAS bf16 against M on path auto (the default), one line per
+    format, one panel per weight shape: the question a user asks of the table."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     shapes = sorted({(r["N"], r["K"]) for r in rows})
     fig, axes = plt.subplots(1, len(shapes), figsize=(6 * len(shapes), 5), squeeze=False)
     for ax, (N, K) in zip(axes[0], shapes):
-        series: dict[str, list] = {}
-        for r in rows:
-            if (r["N"], r["K"]) != (N, K) or "ms" not in r or r["kernel"] == "auto_eager":
-                continue
-            series.setdefault(f"{r['fmt']} {r['kernel']}", []).append((r["M"], r["ms"] * 1e3))
-        for name, pts in sorted(series.items()):
-            pts.sort()
-            style = "k-" if "cublas" in name else ("k--" if "tinygemm" in name else "-")
-            ax.plot([p[0] for p in pts], [p[1] for p in pts], style, marker=".", label=name,
-                    linewidth=2 if "cublas" in name else 1)
+        cublas = {r["M"]: r["ms"] for r in rows if (r["N"], r["K"]) == (N, K) and r["kernel"] == "cublas" and "ms" in r}
+        for i, fmt in enumerate(FORMATS):
+            pts = sorted((r["M"], cublas[r["M"]] / r["ms"]) for r in rows
+                         if (r["N"], r["K"], r["fmt"]) == (N, K, fmt) and r["kernel"] == "auto" and "ms" in r
+                         and r["M"] in cublas)
+            if pts:
+                ax.plot([p[0] for p in pts], [p[1] for p in pts], marker=".", label=fmt, linewidth=1,
+                        color=plt.cm.tab20(i % 20), linestyle="-" if i < 10 else "--")
+        ax.axhline(1.0, color="k", linewidth=2, label="cuBLAS bf16")
         ax.set_xscale("log", base=2)
-        ax.set_yscale("log")
-        ax.set_xlabel("M")
-        ax.set_ylabel("time (us)")
-        ax.set_title(f"N={N} K={K} (H200, bf16 x)")
+        ax.set_yscale("log", base=2)
+        ax.set_xlabel("M (activation rows)")
+        ax.set_ylabel("cuBLAS bf16 time / torch-uqr time (higher is faster)")
+        ax.set_title(f"N={N} K={K} ({device}, bf16 x, path auto)")
         ax.grid(True, which="both", alpha=0.3)
-    axes[0][-1].legend(fontsize=6, ncol=2)
+        ax.legend(fontsize=7, ncol=2)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
 
 
-def table(rows: list) -> str:
+def table(rows: list, copy_GBps: float | None = None) -> str:
     """Markdown table: per (shape, M), each format's best mma kernel next to the peers."""
     lines = ["| N x K | M | cuBLAS bf16 us | tinygemm g32 us | " + " | ".join(FORMATS) + " |",
              "|---|---|---|---|" + "---|" * len(FORMATS)]
     keys = sorted({(r["N"], r["K"], r["M"]) for r in rows})
     for N, K, M in keys:
         sel = [r for r in rows if (r["N"], r["K"], r["M"]) == (N, K, M) and "ms" in r]
-        def best(fmt, kernels=("fused", "scratch", "gemv", "qmma", "wgmma")):
+        def best(fmt, kernels=EXACT_KERNELS):
             c = [r for r in sel if r["fmt"] == fmt and r["kernel"] in kernels]
             if not c:
                 return "-"
@@ -328,6 +343,22 @@ def table(rows: list) -> str:
                 c = [r for r in paired if (r["N"], r["K"], r["M"], r["fmt"]) == (N, K, M, f)]
                 cells.append(f"{c[0]['ratio_vs_cublas']:.2f}" if c else "-")
             lines.append(f"| {N}x{K} | {M} | " + " | ".join(cells) + " |")
+    one = [r for r in rows if r.get("M") == 1 and "ms" in r and r["kernel"] in EXACT_KERNELS]
+    if copy_GBps and one:
+        lines += ["", f"M = 1 against the weight-bytes bound (weight bytes / measured copy bandwidth "
+                      f"{copy_GBps:.0f} GB/s): best exact kernel time / bound (1.00 = at the bound):", "",
+                  "| N x K | " + " | ".join(FORMATS) + " |", "|---|" + "---|" * len(FORMATS)]
+        for N, K in sorted({(r["N"], r["K"]) for r in one}):
+            cells = []
+            for f in FORMATS:
+                c = [r for r in one if (r["N"], r["K"], r["fmt"]) == (N, K, f)]
+                if c:
+                    b = min(c, key=lambda r: r["ms"])
+                    bound_ms = b["ms"] * b["weight_GBps"] / copy_GBps
+                    cells.append(f"{b['ms'] / bound_ms:.2f}")
+                else:
+                    cells.append("-")
+            lines.append(f"| {N}x{K} | " + " | ".join(cells) + " |")
     if any(r.get("kernel") == "int8" for r in rows):
         lines += ["", INT8_NOTE]
     return "\n".join(lines)
@@ -362,6 +393,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.shapes:
         shapes = tuple(tuple(int(v) for v in s.split("x")) for s in args.shapes.split(","))
     result = {"device": props.name, "torch": torch.__version__, "rows": []}
+    if shapes and not args.sweep_only:
+        result["copy_GBps"] = copy_bandwidth_GBps(args.reps)
+        print(f"# device-to-device copy: {result['copy_GBps']:.0f} GB/s", flush=True)
     if args.sweep or args.sweep_only:
         result["sweep"] = sweep(args.reps, l2)
     if args.sweep_only:
@@ -372,7 +406,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.json:  # keep partial results if a later shape dies
             with open(args.json, "w") as f:
                 json.dump(result, f, indent=1)
-    md = table(result["rows"])
+    md = table(result["rows"], result.get("copy_GBps"))
     print(md)
     if args.table:
         with open(args.table, "w") as f:
@@ -381,7 +415,7 @@ def main(argv: list[str] | None = None) -> int:
         with open(args.json, "w") as f:
             json.dump(result, f, indent=1)
     if args.plot and result["rows"]:
-        plot(result["rows"], args.plot)
+        plot(result["rows"], args.plot, props.name)
     bad = [r for r in result["rows"] if r.get("finite") is False or r.get("max_rel_err", 0) > 2e-2]
     for r in bad:
         print("BAD OUTPUT:", r)
