@@ -90,10 +90,8 @@ INT8_AUTO_MAX_ROWS: dict[str, int] = {"q4_0": 1, "q4_k": 8, "mlx4": 1, "ternary"
 # kernel took the call first (qmma_auto): 17-128 rows for every format (it is up to 2.5x ahead of
 # the scratch path there); 129-256 rows only with a long K, and not for var_affine and exl3, whose
 # decode then costs more than the scratch path's; from 257 rows the scratch path wins.
-# Builds of the Hopper kernel whose stages do not fit shared memory (wg_fits in qmma_wgmma.cu; the
-# op refuses such a plan): (fmt, group size) at 128-row tiles, and at two CTAs an SM of 64 rows.
-WGMMA_NO_BM128 = frozenset({("mlx4", 128)})
-WGMMA_NO_TWO_CTAS = frozenset({("mlx4", 128), ("q8_0", 0)})
+# Which tile builds a format's stage fits (wg_fits in qmma_wgmma.cu) the plan asks the extension
+# (dispatch.WGMMA_BUILDS), so no list here can drift from the kernels.
 WgmmaRange = tuple[int, int, int, int]
 # A format with no row of its own (a new one) takes the range every format measured fastest in.
 WGMMA_DEFAULT_ROWS: tuple[WgmmaRange, ...] = ((17, 128, 0, 0),)
@@ -101,7 +99,11 @@ WGMMA_ROWS: dict[str, tuple[WgmmaRange, ...]] = {
     **{f: ((17, 128, 0, 0), (129, 256, 0, 8192)) for f in ("q4_0", "q4_1", "q4_k", "mlx4", "ternary")},
     **{f: ((17, 128, 0, 0),) for f in ("var_affine", "exl3")},
     "q8_0": ((33, 128, 0, 0),),
-    "q3_k": (),  # its stage (8 blocks of 110 bytes: 2048 elements) fits no wgmma tile
+    # Their table-lookup decode makes the kernel slower than the scratch path at 128 rows (H100,
+    # 14336 x 4096: 141 against 109 us). 17-64 rows (one 64-row tile) were not timed apart: kept
+    # on the kernel, whose cost there is near its 16-row one (65 us) while the scratch path's
+    # decode pass is over half of its 109 us (cuBLAS on the decoded matrix: 47).
+    **{f: ((17, 64, 0, 0),) for f in ("iq4_xs", "mxfp4")},
 }
 # The largest ring stage (elements) of the tensor-core kernels (kQmmaMaxStageElems in
 # qmma_traits.cuh): 512 (mlx4 g = 128) fits their shared memory; q6_k's 2048 (eight 210-byte
