@@ -20,6 +20,7 @@ import numpy as np
 import torch
 
 import torch_uqr
+from torch_uqr.models.export import add_hparams
 from torch_uqr.nn import block_size_of
 from torch_uqr.recipes import FLOAT, K_QUANT_FALLBACK, more_bits_layer, tensor_type  # noqa: F401 (re-exported)
 
@@ -153,16 +154,8 @@ def write_tiny_gguf(name: str, path: str, seed: int = 0, *, dims: Dims = DIMS,
     arch_id = next(k for k, v in gguf.MODEL_ARCH_NAMES.items() if v == arch)
     names = gguf.get_tensor_name_map(arch_id, dims.layers)
     w = gguf.GGUFWriter(path, arch)
-    w.add_name(general_name)
-    w.add_context_length(CTX)
-    w.add_block_count(dims.layers)
-    w.add_embedding_length(dims.hidden)
-    w.add_feed_forward_length(dims.ffn)
-    w.add_head_count(dims.heads)
-    w.add_head_count_kv(dims.kv_heads)
-    w.add_layer_norm_rms_eps(1e-6)
+    add_hparams(w, cfg, general_name)  # CTX, the dims, eps 1e-6 and VOCAB, from tiny_model's config
     w.add_rope_freq_base(ROPE_THETA)
-    w.add_vocab_size(VOCAB)
     if arch == "llama":
         w.add_rope_dimension_count(cfg.head_dim)
     if name.startswith("gemma"):

@@ -19,7 +19,7 @@ from ..nn import QuantEmbedding, QuantLinear
 from ..qtensor import QTensor
 from .auto import _NotRowOnly, _row_order, gguf_architecture, gguf_names, take_rows
 
-__all__ = ["save_gguf"]
+__all__ = ["save_gguf", "add_hparams"]
 
 
 def _file_type(model: nn.Module, packed: list[str]) -> Any:
@@ -51,8 +51,9 @@ def _rope_theta(config) -> float:
     return float(theta)
 
 
-def _add_metadata(w, config, name: str) -> None:
-    head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+def add_hparams(w, config, name: str) -> None:
+    """The sizes every decoder's GGUF declares, from a transformers config, into GGUFWriter ``w``:
+    name, context length, widths, layer and head counts, RMS epsilon, vocabulary size."""
     w.add_name(name)
     w.add_context_length(config.max_position_embeddings)
     w.add_embedding_length(config.hidden_size)
@@ -60,13 +61,18 @@ def _add_metadata(w, config, name: str) -> None:
     w.add_feed_forward_length(config.intermediate_size)
     w.add_head_count(config.num_attention_heads)
     w.add_head_count_kv(config.num_key_value_heads)
+    w.add_layer_norm_rms_eps(config.rms_norm_eps)
+    w.add_vocab_size(config.vocab_size)
+
+
+def _add_metadata(w, config, name: str) -> None:
+    head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+    add_hparams(w, config, name)
     w.add_rope_freq_base(_rope_theta(config))
     w.add_rope_dimension_count(head_dim)
     if head_dim * config.num_attention_heads != config.hidden_size:
         w.add_key_length(head_dim)
         w.add_value_length(head_dim)
-    w.add_layer_norm_rms_eps(config.rms_norm_eps)
-    w.add_vocab_size(config.vocab_size)
 
 
 def _add_tokenizer(w, tokenizer) -> None:
