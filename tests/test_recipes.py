@@ -139,6 +139,13 @@ def test_save_gguf_round_trip(tmp_path, monkeypatch):
         want, got = model(IDS).logits, loaded(IDS).logits
     assert ((got - want).abs().max() / want.abs().max()).item() < 1e-5
 
+    # a model loaded from a GGUF file (direct-head attention) is written back to the same tensors
+    again = str(tmp_path / "again.gguf")
+    assert torch_uqr.save_gguf(loaded, again) == types
+    first = {t.name: np.asarray(t.data) for t in gguf.GGUFReader(path).tensors}
+    for t in gguf.GGUFReader(again).tensors:
+        assert np.array_equal(np.asarray(t.data), first[t.name]), t.name
+
 
 def test_save_gguf_tied_with_tokenizer(tmp_path, monkeypatch):
     monkeypatch.setenv("UQR_CACHE", str(tmp_path / "cache"))
