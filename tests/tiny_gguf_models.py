@@ -20,7 +20,9 @@ import numpy as np
 import torch
 
 import torch_uqr
+from torch_uqr.models.export import add_hparams
 from torch_uqr.nn import block_size_of
+from torch_uqr.recipes import FLOAT, K_QUANT_FALLBACK, more_bits_layer, tensor_type  # noqa: F401 (re-exported)
 
 T = gguf.GGMLQuantizationType
 HIDDEN, FFN, LAYERS, HEADS, KV_HEADS, HEAD_DIM, CTX = 128, 256, 2, 4, 2, 32, 512
@@ -152,16 +154,8 @@ def write_tiny_gguf(name: str, path: str, seed: int = 0, *, dims: Dims = DIMS,
     arch_id = next(k for k, v in gguf.MODEL_ARCH_NAMES.items() if v == arch)
     names = gguf.get_tensor_name_map(arch_id, dims.layers)
     w = gguf.GGUFWriter(path, arch)
-    w.add_name(general_name)
-    w.add_context_length(CTX)
-    w.add_block_count(dims.layers)
-    w.add_embedding_length(dims.hidden)
-    w.add_feed_forward_length(dims.ffn)
-    w.add_head_count(dims.heads)
-    w.add_head_count_kv(dims.kv_heads)
-    w.add_layer_norm_rms_eps(1e-6)
+    add_hparams(w, cfg, general_name)  # CTX, the dims, eps 1e-6 and VOCAB, from tiny_model's config
     w.add_rope_freq_base(ROPE_THETA)
-    w.add_vocab_size(VOCAB)
     if arch == "llama":
         w.add_rope_dimension_count(cfg.head_dim)
     if name.startswith("gemma"):
@@ -207,45 +201,13 @@ def write_tiny_gguf(name: str, path: str, seed: int = 0, *, dims: Dims = DIMS,
     return types
 
 
-# Type chosen when a row length K is not a multiple of a k-quant's 256-weight super-block: a 32-weight type.
-K_QUANT_FALLBACK = {"Q4_K": "Q5_0", "Q5_K": "Q5_1", "Q6_K": "Q8_0",
-                    "Q2_K": "IQ4_NL", "Q3_K": "IQ4_NL", "IQ4_XS": "IQ4_NL"}
-
-
-def more_bits_layer(layer: int, n_layers: int) -> bool:
-    """Whether llama.cpp's k-quant "_M" mixes give ``layer`` more bits: the first and the last
-    eighth of the layers (by integer division), and every third layer in between, counting from
-    the end of the first eighth (its layers 2, 5, 8, ...)."""
-    eighth = n_layers // 8
-    return layer < eighth or layer >= 7 * n_layers // 8 or (layer - eighth) % 3 == 2
-
-
 def q4_k_m_type(gguf_name: str, K: int, layer: int | None, n_layers: int, tied: bool = False) -> str:
-    """The ggml type llama.cpp's ``llama-quantize ... Q4_K_M`` gives a 2-D weight of a llama model.
-
-    The mix starts from Q4_K for every weight, the token embedding included, then raises a few:
-
-    * ``output.weight`` (and a tied model's ``token_embd.weight``, which doubles as the head) gets Q6_K;
-    * ``attn_v.weight`` and ``ffn_down.weight`` get Q6_K in the layers :func:`more_bits_layer` picks;
-    * everything else (q, k, attn_output, ffn_gate, ffn_up) stays Q4_K.
-
-    Last, the row length decides: a k-quant needs K to be a multiple of 256, and where it is not,
-    llama.cpp falls back to a 32-weight type of at least as many bits (``K_QUANT_FALLBACK``:
-    Q4_K -> Q5_0, Q6_K -> Q8_0, ...). For the head llama.cpp writes Q8_0 at once, which is the same.
-    (Recent llama.cpp sends Q2_K and Q3_K to Q4_0 rather than IQ4_NL; Q4_K_M never asks for either.)
-    The MoE (8 experts), Falcon and 70B special cases are left out. llama.cpp counts attn_v and
-    ffn_down tensors in its layer-sorted order, which is the layer index used here.
-    """
-    if gguf_name == "output.weight" or (tied and gguf_name == "token_embd.weight"):
-        ggml = "Q6_K"
-    elif gguf_name.endswith(("attn_v.weight", "ffn_down.weight")) and more_bits_layer(layer, n_layers):
-        ggml = "Q6_K"
-    else:
-        ggml = "Q4_K"
-    if K % 256:
-        ggml = K_QUANT_FALLBACK[ggml]
-        if K % 32:  # llama.cpp would write F16 here; the tiny models never need it
-            raise ValueError(f"{gguf_name}: K={K} is not a multiple of 32")
+    """The ggml type llama.cpp's ``llama-quantize ... Q4_K_M`` gives a 2-D weight of a llama model
+    (``torch_uqr.recipes.tensor_type``; ``layer`` is read from the name there). Raises where no
+    quantized type fits K (llama.cpp writes F16 there; the tiny models never need it)."""
+    ggml, _ = tensor_type("q4_k_m", gguf_name, K, n_layers, tied)
+    if ggml == FLOAT:
+        raise ValueError(f"{gguf_name}: K={K} is not a multiple of 32")
     return ggml
 
 

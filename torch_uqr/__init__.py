@@ -11,12 +11,13 @@ from . import nn
 from .nn import quantize_model
 from .loaders import load_gguf, load_mlx, load_bitnet
 from .models.auto import from_pretrained, gguf_tokenizer
+from .models.export import save_gguf
 
 __all__ = [
     "QTensor", "QuantizationWarning", "formats", "quantize", "dequantize",
     "from_mlx", "to_mlx", "from_bitnet", "from_gguf_ternary",
     "gemm", "nn", "quantize_model", "load_gguf", "load_mlx", "load_bitnet",
-    "from_pretrained", "gguf_tokenizer",
+    "from_pretrained", "gguf_tokenizer", "save_gguf",
 ]
 __version__ = "0.1.0"
 

@@ -30,7 +30,9 @@ from ..nn import QuantLinear
 from ..nn import QuantEmbedding
 from ..qtensor import QTensor, dequantize
 
-__all__ = ["LoadReport", "from_pretrained", "load_gguf_model", "gguf_config", "gguf_tokenizer", "take_rows"]
+__all__ = ["LoadReport", "from_pretrained", "load_gguf_model", "gguf_config", "gguf_tokenizer", "take_rows",
+           "tie_packed_head", "gguf_names",
+           "gguf_architecture"]
 
 # Model types whose attention the direct-head layout of ``models.llama`` reproduces exactly.
 _DIRECT_HEAD_TYPES = ("llama",)
@@ -194,6 +196,24 @@ def _weights_map(model: nn.Module, processor, arch: str) -> dict[str, str]:
     return out
 
 
+def gguf_architecture(config) -> str:
+    """The GGUF architecture name for a transformers config (a mistral is written as llama, as
+    llama.cpp's converter does); ValueError when the gguf package has no name table for it."""
+    from gguf import MODEL_ARCH_NAMES
+
+    arch = {"mistral": "llama"}.get(config.model_type, config.model_type)
+    if arch not in MODEL_ARCH_NAMES.values():
+        raise ValueError(f"model_type {config.model_type!r} has no GGUF architecture in the gguf package")
+    return arch
+
+
+def gguf_names(model: nn.Module, arch: str) -> tuple[dict[str, str], Any]:
+    """(GGUF tensor name -> the model's parameter name, transformers' tensor processor) for
+    ``model`` as a GGUF file of architecture ``arch``: the mapping the loader uses, for writers."""
+    processor = _tensor_processor(arch, model.config)
+    return _weights_map(model, processor, arch), processor
+
+
 def _set_param(model: nn.Module, name: str, value: torch.Tensor) -> None:
     module_name, _, leaf = name.rpartition(".")
     module = model.get_submodule(module_name)
@@ -273,8 +293,7 @@ def build_from_gguf(ckpt: GGUFCheckpoint, config, *, device="cpu", dtype=torch.f
             raise ValueError(f"{ckpt.path}: {gname} -> {hf} expects {want}, the file holds {tuple(w.shape)}")
         qt = (take_rows(w, rows) if rows is not None else w).to(device)
         if isinstance(module, nn.Embedding):
-            new = QuantEmbedding(qt, dtype=module.weight.dtype, scale=getattr(module, "scalar_embed_scale", None),
-                                 padding_idx=module.padding_idx)
+            new = QuantEmbedding.from_embedding(module, qt)
         else:
             bias = None
             if module.bias is not None:
@@ -305,17 +324,10 @@ def build_from_gguf(ckpt: GGUFCheckpoint, config, *, device="cpu", dtype=torch.f
     emb = model.get_input_embeddings()
     if head is not None and not isinstance(head, QuantLinear) and head.weight.is_meta:
         if isinstance(emb, QuantEmbedding):
-            model.set_output_embeddings(QuantLinear.from_qtensor(emb.qtensor))
-            report.packed[_module_name(model, model.get_output_embeddings())] = emb.fmt
+            report.packed[tie_packed_head(model)] = emb.fmt
             report.tied_head = True
         else:
             head.weight = emb.weight
-    if report.tied_head:
-        # lm_head owns its (shared) packed weight: transformers must not re-tie it to a float table.
-        model.config.tie_word_embeddings = False
-        if hasattr(model.config, "get_text_config"):
-            model.config.get_text_config().tie_word_embeddings = False
-        model.all_tied_weights_keys = {}
     missing = [n for n, p in model.named_parameters() if p.is_meta]
     if missing:
         raise ValueError(f"{ckpt.path}: the file has no tensor for {', '.join(missing)}")
@@ -326,6 +338,19 @@ def build_from_gguf(ckpt: GGUFCheckpoint, config, *, device="cpu", dtype=torch.f
 
 def _module_name(model: nn.Module, module: nn.Module) -> str:
     return next(n for n, m in model.named_modules() if m is module)
+
+
+def tie_packed_head(model: nn.Module) -> str:
+    """Make the output head a QuantLinear over the packed input embedding's own bytes; returns
+    the head's module name. transformers is told the weights are no longer tied, so that it does
+    not tie the head back to a float table."""
+    emb = model.get_input_embeddings()
+    model.set_output_embeddings(QuantLinear.from_qtensor(emb.qtensor))
+    model.config.tie_word_embeddings = False
+    if hasattr(model.config, "get_text_config"):
+        model.config.get_text_config().tie_word_embeddings = False
+    model.all_tied_weights_keys = {}
+    return _module_name(model, model.get_output_embeddings())
 
 
 def load_gguf_model(path: str, *, device="cpu", dtype=torch.float32, direct_heads: bool = True,

@@ -43,6 +43,13 @@ class QuantEmbedding(nn.Module):
         self.padding_idx = padding_idx
         self._decode = _format_module(qt.fmt).decode
 
+    @classmethod
+    def from_embedding(cls, emb: nn.Embedding, qt: QTensor) -> "QuantEmbedding":
+        """A QuantEmbedding over ``qt`` in place of ``emb``: its dtype, padding index and, for
+        scaled embeddings (Gemma), its ``scalar_embed_scale``."""
+        return cls(qt, dtype=emb.weight.dtype, scale=getattr(emb, "scalar_embed_scale", None),
+                   padding_idx=emb.padding_idx)
+
     @property
     def qtensor(self) -> QTensor:
         """The packed table as a QTensor (shares ``weight``'s storage)."""

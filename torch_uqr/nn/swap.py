@@ -7,6 +7,9 @@ from typing import Callable, Iterable, Optional, Union
 
 from torch import nn
 
+from ..qtensor import quantize
+from ..recipes import FLOAT, get_recipe, ggml_format, tensor_type
+from .embedding import QuantEmbedding
 from .linear import QuantLinear, block_size_of
 
 __all__ = ["quantize_model", "SwapSummary", "layer_format"]
@@ -28,6 +31,7 @@ class SwapSummary:
     weights: int = 0
     weights_in_fmt: int = 0
     kept: dict[str, str] = field(default_factory=dict)        # layer left as it was -> its format
+    recipe: Optional[str] = None                              # the llama.cpp mix, if one was asked for
 
     @property
     def share_in_fmt(self) -> float:
@@ -39,10 +43,16 @@ class SwapSummary:
         return 8 * self.bytes_after / self.weights if self.weights else 0.0
 
     def __str__(self) -> str:
+        what = f"the {self.recipe} mix's own types" if self.recipe else self.fmt
         lines = [f"quantize_model({self.fmt}): {len(self.swapped)} linear layers swapped, "
                  f"{len(self.skipped)} skipped; {self.bytes_before / 2**20:.1f} MiB -> "
                  f"{self.bytes_after / 2**20:.1f} MiB ({self.bits_per_weight:.2f} bits/weight), "
-                 f"{100 * self.share_in_fmt:.1f}% of weights in {self.fmt}"]
+                 f"{100 * self.share_in_fmt:.1f}% of weights in {what}"]
+        if self.recipe:
+            counts: dict[str, int] = {}
+            for f in self.formats.values():
+                counts[f] = counts.get(f, 0) + 1
+            lines.append("  formats: " + ", ".join(f"{f} x {n}" for f, n in sorted(counts.items())))
         if self.kept:
             lines.append("  kept as they were: " + ", ".join(f"{n} ({f})" for n, f in self.kept.items()))
         if self.fallbacks:
@@ -86,27 +96,67 @@ def layer_format(in_features: int, fmt: str, fallback: str, **opts) -> tuple[str
     return fallback, {}, False, f"{fallback} instead of {fmt} (K % {block} != 0)"
 
 
-def quantize_model(model: nn.Module, fmt: str, skip: Skip = None, *, fallback: str = "pad",
-                   progress: bool = True, verbose: bool = True, **opts) -> SwapSummary:
-    """Replace every ``nn.Linear`` in ``model`` (in place) by a QuantLinear holding ``fmt`` blocks.
+def _record(summary: SwapSummary, name: str, weight, new_bytes: int, layer_fmt: str, in_fmt: bool,
+            why: Optional[str]) -> None:
+    n_w = weight.numel()
+    summary.formats[name] = layer_fmt
+    summary.bytes_before += n_w * weight.element_size()
+    summary.bytes_after += new_bytes
+    summary.weights += n_w
+    if in_fmt:
+        summary.weights_in_fmt += n_w
+    if why is not None:
+        summary.fallbacks[name] = why
+
+
+def _set_module(model: nn.Module, name: str, module: nn.Module) -> None:
+    parent_name, _, child = name.rpartition(".")
+    setattr(model.get_submodule(parent_name) if parent_name else model, child, module)
+
+
+def quantize_model(model: nn.Module, fmt: Optional[str] = None, skip: Skip = None, *, recipe: Optional[str] = None,
+                   fallback: Optional[str] = None, progress: bool = True, verbose: bool = True,
+                   **opts) -> SwapSummary:
+    """Replace every ``nn.Linear`` in ``model`` (in place) by a QuantLinear holding ``fmt`` blocks,
+    or the blocks llama.cpp's mix ``recipe`` picks for each layer.
 
     Args:
         model: any module; tied weights are quantized once per Linear (each gets its own bytes).
-        fmt: one of ``torch_uqr.formats()``.
+            With ``recipe``: a transformers model (its config names the layers).
+        fmt: one of ``torch_uqr.formats()``. Exactly one of ``fmt`` and ``recipe`` is given.
         skip: layer names or fnmatch patterns (``"lm_head"``, ``"*.mlp.*"``), or a predicate
             ``(name, module) -> bool``, for layers to keep in float.
-        fallback: what to do when a layer's in_features is not a multiple of the format's block
-            (see ``layer_format``): ``"pad"`` (default: zero-pad K, so every weight really is in
-            ``fmt``; the padding shows in the bits per weight), a format name such as ``"q8_0"``,
-            or ``"error"``.
+        recipe: ``"q4_k_m"``, ``"q5_k_m"``, ``"q6_k"`` or ``"q8_0"``: each linear weight gets the
+            ggml type ``llama-quantize`` gives it (see :mod:`torch_uqr.recipes`), fallbacks for
+            row lengths that are not a multiple of 256 included; the token embedding becomes a
+            ``QuantEmbedding`` of its type, and a head tied to it a QuantLinear over the same
+            bytes. ``torch_uqr.save_gguf`` then writes the model as llama.cpp's file of that mix.
+        fallback: with ``fmt``, what to do when a layer's in_features is not a multiple of the
+            format's block (see ``layer_format``): ``"pad"`` (the default: zero-pad K, so every
+            weight really is in ``fmt``; the padding shows in the bits per weight), a format name
+            such as ``"q8_0"``, or ``"error"``. A recipe has its own fallbacks.
             Every fallback is listed in the returned summary; none is silent.
         progress: show a tqdm bar over layers.
         verbose: print the summary.
-        **opts: passed to ``torch_uqr.quantize`` (e.g. ``group_size=32`` for mlx4).
+        **opts: passed to ``torch_uqr.quantize`` (e.g. ``group_size=32`` for mlx4); not with a recipe.
     """
+    if (fmt is None) == (recipe is None):
+        raise ValueError("quantize_model: give exactly one of fmt= and recipe=")
+    if recipe is not None:
+        if fallback is not None or opts:
+            raise ValueError(f"recipe={recipe!r} chooses its own formats and fallbacks; fallback= and "
+                             f"format options ({sorted(opts)}) apply to fmt= only")
+        summary = _quantize_recipe(model, recipe, _skipper(skip), progress)
+    else:
+        summary = _quantize_fmt(model, fmt, _skipper(skip), fallback or "pad", progress, opts)
+    if verbose:
+        print(summary)
+    return summary
+
+
+def _quantize_fmt(model: nn.Module, fmt: str, should_skip, fallback: str, progress: bool, opts: dict) -> SwapSummary:
     from tqdm.auto import tqdm
 
-    should_skip = _skipper(skip)
     summary = SwapSummary(fmt)
     linears = [(n, m) for n, m in model.named_modules() if isinstance(m, nn.Linear)]
     for name, lin in tqdm(linears, desc=f"quantize {fmt}", disable=not progress, leave=False):
@@ -115,18 +165,68 @@ def quantize_model(model: nn.Module, fmt: str, skip: Skip = None, *, fallback: s
             continue
         layer_fmt, layer_opts, pad, why = layer_format(lin.in_features, fmt, fallback, **opts)
         q = QuantLinear.from_linear(lin, layer_fmt, pad=pad, **layer_opts)
-        parent_name, _, child = name.rpartition(".")
-        setattr(model.get_submodule(parent_name) if parent_name else model, child, q)
-        n_w = lin.out_features * lin.in_features
+        _set_module(model, name, q)
         summary.swapped.append(name)
-        summary.formats[name] = layer_fmt
-        summary.bytes_before += lin.weight.numel() * lin.weight.element_size()
-        summary.bytes_after += q.weight.numel()
-        summary.weights += n_w
-        if layer_fmt == fmt:  # padded or regrouped layers still use the requested format
-            summary.weights_in_fmt += n_w
-        if why is not None:
+        # padded or regrouped layers still use the requested format
+        _record(summary, name, lin.weight, q.weight.numel(), layer_fmt, layer_fmt == fmt, why)
+    return summary
+
+
+def _quantize_recipe(model: nn.Module, recipe: str, should_skip, progress: bool) -> SwapSummary:
+    from tqdm.auto import tqdm
+
+    from ..models.auto import _module_name, gguf_architecture, gguf_names, tie_packed_head
+
+    r = get_recipe(recipe)
+    config = getattr(model, "config", None)
+    if config is None or not hasattr(model, "get_input_embeddings"):
+        raise ValueError(f"recipe={recipe!r} needs a transformers model (a PreTrainedModel with a config): "
+                         f"the mix picks each weight's type by its llama.cpp tensor name")
+    mapping, _ = gguf_names(model, gguf_architecture(config))
+    role = {hf[: -len(".weight")]: g for g, hf in mapping.items() if hf.endswith(".weight")}
+    n_layers = (config.get_text_config() if hasattr(config, "get_text_config") else config).num_hidden_layers
+    summary = SwapSummary(r.name, recipe=r.name)
+
+    def choose(name: str, K: int, tied: bool = False) -> tuple[str, Optional[str]]:
+        if name not in role:
+            raise ValueError(f"recipe={recipe!r}: layer {name!r} has no llama.cpp tensor name, so the mix has no "
+                             "type for it; keep it in float with skip=")
+        return tensor_type(r.name, role[name], K, n_layers, tied)
+
+    emb, head = model.get_input_embeddings(), model.get_output_embeddings()
+    tied = isinstance(emb, nn.Embedding) and isinstance(head, nn.Linear) and head.weight is emb.weight
+    head_name = _module_name(model, head) if isinstance(head, nn.Linear) else None
+    if isinstance(emb, nn.Embedding):
+        emb_name = _module_name(model, emb)
+        ggml, why = choose(emb_name, emb.embedding_dim, tied)
+        if should_skip(emb_name, emb) or ggml == FLOAT:
+            summary.kept[emb_name] = str(emb.weight.dtype).replace("torch.", "")
+            if why is not None:
+                summary.fallbacks[emb_name] = why
+            if tied:  # the head stays tied to the float table
+                summary.kept[head_name] = summary.kept[emb_name]
+        else:
+            fmt = ggml_format(ggml)
+            qemb = QuantEmbedding.from_embedding(emb, quantize(emb.weight.detach().float(), fmt))
+            _set_module(model, emb_name, qemb)
+            _record(summary, emb_name, emb.weight, qemb.weight.numel(), fmt, why is None, why)
+            if tied:  # the head reads the embedding's blocks, as in llama.cpp's file without output.weight
+                tie_packed_head(model)
+                summary.swapped.append(head_name)
+                summary.formats[head_name] = fmt
+    linears = [(n, m) for n, m in model.named_modules() if isinstance(m, nn.Linear) and not (tied and n == head_name)]
+    for name, lin in tqdm(linears, desc=f"quantize {r.name}", disable=not progress, leave=False):
+        if should_skip(name, lin):
+            summary.skipped.append(name)
+            continue
+        ggml, why = choose(name, lin.in_features)
+        if ggml == FLOAT:
+            summary.kept[name] = str(lin.weight.dtype).replace("torch.", "")
             summary.fallbacks[name] = why
-    if verbose:
-        print(summary)
+            continue
+        q = QuantLinear.from_linear(lin, ggml_format(ggml))
+        _set_module(model, name, q)
+        summary.swapped.append(name)
+        _record(summary, name, lin.weight, q.weight.numel(), q.fmt, why is None, why)
+    model.uqr_recipe = r.name
     return summary
