@@ -79,7 +79,7 @@ def parse_threads(text: str, cores: int) -> list[int]:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m torch_uqr bench --model", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="python -m torch_uqr bench", description=__doc__.splitlines()[0])
     p.add_argument("--model", required=True, metavar="GGUF", help="the GGUF file to benchmark")
     p.add_argument("--llama-bench", metavar="BIN", help="llama.cpp's llama-bench binary: adds llama.cpp rows "
                    "and each row's ratio to them")
@@ -137,15 +137,17 @@ def load_engine(engine: str, path: str):
 
 
 @functools.lru_cache(maxsize=None)
-def _forward_kwargs(model_type: type) -> tuple[str, bool]:
-    # transformers 5 calls the KV cache argument ``cache`` (4: ``past_key_values``)
-    params = inspect.signature(model_type.forward).parameters
-    return ("cache" if "cache" in params else "past_key_values"), "logits_to_keep" in params
+def _last_logits_only(model_type: type) -> bool:
+    return "logits_to_keep" in inspect.signature(model_type.forward).parameters
 
 
 def _step(model, ids: torch.Tensor, cache) -> None:
-    key, last_only = _forward_kwargs(type(model))
-    kw = {key: cache, **({"logits_to_keep": 1} if last_only else {})}
+    """One forward of ``ids`` into ``cache``, as ``generate`` runs it (logits of the last position only)."""
+    from .generate import _cache_kwarg
+
+    kw = {_cache_kwarg(type(model.model)): cache}
+    if _last_logits_only(type(model)):
+        kw["logits_to_keep"] = 1
     model(input_ids=ids, use_cache=True, **kw)
 
 
