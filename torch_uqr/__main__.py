@@ -6,7 +6,7 @@ import sys
 def main(argv=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     commands = {
-        "bench": ("torch_uqr.cli.bench", "router benchmark: formats x M x shapes against dequantize+matmul"),
+        "bench": ("torch_uqr.cli.bench", "router benchmark: formats x M x shapes against dequantize+matmul; --model: a GGUF's tok/s"),
         "formats": ("torch_uqr.cli.formats", "bits per weight, error and quantize time of every format"),
         "generate": ("torch_uqr.cli.generate", "run a GGUF model of any architecture (default: SmolLM2-135M)"),
         "eval": ("torch_uqr.cli.evaluate", "perplexity of the default model in every format"),

@@ -14,7 +14,7 @@ column is the median time to read the packed bytes once (``torch.sum`` of the co
 int64, same rotation and thread count as the timed calls): how close a row is to memory speed
 (or LLC speed with ``--hot``). On CPU, formats with path "int8" (in the format table) get a
 second row at M <= ``INT8_MAX_M`` beside "auto": its error column is a few 1e-3 by design (x is rounded
-to int8 per 32 elements, q4_k / var_affine / exl3 per 256, mlx4 per group), not a kernel defect. ``--device cuda`` hands over to ``torch_uqr.cli.bench_cuda``, ``--tp N`` to ``torch_uqr.cli.tp`` (tensor parallel, under torchrun). On ``--device mps``
+to int8 per 32 elements, q4_k / var_affine / exl3 per 256, mlx4 per group), not a kernel defect. ``--device cuda`` hands over to ``torch_uqr.cli.bench_cuda``, ``--tp N`` to ``torch_uqr.cli.tp`` (tensor parallel, under torchrun), ``--model FILE.gguf`` to ``torch_uqr.cli.bench_model`` (a whole model's prefill and decode tok/s against transformers and llama.cpp). On ``--device mps``
 a second table times, in the same run, the peers a Mac user would otherwise reach for: torch's own
 fp16 matmul on dense weights and, when ``mlx`` is importable, MLX's ``mx.quantized_matmul`` (4-bit,
 the row's mlx4 group size, else 64) at the same shape and M.
@@ -206,6 +206,10 @@ def build_parser() -> argparse.ArgumentParser:
                         "llama.cpp tree --llama-cpp-bin was built in)")
     p.add_argument("--json", metavar="PATH", help="also write the rows as JSON")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--model", metavar="GGUF",
+                   help="benchmark a whole GGUF model instead: prefill/decode tok/s of the router, transformers "
+                        "and llama.cpp (own options: --llama-bench, --threads 1,all, --pp, --tg, --reps; "
+                        "see bench --model X --help)")
     return p
 
 
@@ -326,6 +330,9 @@ def main(argv: Optional[list[str]] = None) -> int:
     if any(a == "--tp" or a.startswith("--tp=") for a in argv):  # the tensor-parallel bench (torchrun)
         from . import tp
         return tp.bench_main(argv)
+    if any(a == "--model" or a.startswith("--model=") for a in argv):  # the whole-model bench
+        from . import bench_model
+        return int(bench_model.main(argv) or 0)
     # The device is read first: the CUDA benchmark has options of its own (bench_cuda.main).
     args, _ = build_parser().parse_known_args(argv)
     device_name = args.device

@@ -1,5 +1,6 @@
 """llama.cpp as a measured peer of the CPU benchmark: its ``test-backend-ops`` binary times ggml's own
-CPU matrix multiply (``MUL_MAT``, fp32 activations) at the benchmark's shapes.
+CPU matrix multiply (``MUL_MAT``, fp32 activations) at the benchmark's shapes, and its ``llama-bench``
+binary a whole model's prefill and decode (``bench --model``, :func:`llama_bench_tok_s`).
 
 ``test-backend-ops perf`` times only its built-in shapes, but it also reads operators from a test
 file (``--test-file``, one operator per line: op, result type, result shape, op params, sources with
@@ -19,8 +20,10 @@ documented numbers were produced).
 """
 from __future__ import annotations
 
+import json
 import os
 import re
+import statistics
 import subprocess
 import tempfile
 from typing import Optional
@@ -112,4 +115,44 @@ def mul_mat_ms(binary: str, cases: list[tuple[str, int, int, int]], threads: int
     if not out:
         tail = (proc.stdout + proc.stderr)[-2000:]
         raise RuntimeError(f"--llama-cpp-bin {binary}: no MUL_MAT timings in its output (exit {proc.returncode}):\n{tail}")
+    return out
+
+
+def parse_llama_bench_json(text: str, pp: int, tg: int) -> dict[int, tuple[float, float]]:
+    """{threads: (prefill tok/s, decode tok/s)} from ``llama-bench -o json`` output: for each thread
+    count, the median of the per-repetition ``samples_ts`` (else ``avg_ts``) of its ``n_prompt = pp,
+    n_gen = 0`` and ``n_prompt = 0, n_gen = tg`` tests. Raises ValueError when one is missing."""
+    start = text.find("[")
+    try:
+        tests = json.loads(text[start:] if start >= 0 else text)
+    except json.JSONDecodeError as e:
+        raise ValueError(f"llama-bench: its output is not JSON ({e}): {text[:500]!r}") from None
+    found: dict[tuple[int, str], float] = {}
+    for t in tests:
+        kind = ("pp" if (t.get("n_prompt"), t.get("n_gen")) == (pp, 0)
+                else "tg" if (t.get("n_prompt"), t.get("n_gen")) == (0, tg) else None)
+        if kind is not None:
+            ts = t.get("samples_ts") or [t["avg_ts"]]
+            found[(int(t["n_threads"]), kind)] = statistics.median(float(v) for v in ts)
+    out = {n: (found[(n, "pp")], found[(n, "tg")]) for n, _ in found if (n, "pp") in found and (n, "tg") in found}
+    if not out:
+        raise ValueError(f"llama-bench: no pp{pp} and tg{tg} results for one thread count in its JSON output")
+    return out
+
+
+def llama_bench_tok_s(binary: str, model: str, pp: int, tg: int, threads: list[int], reps: int,
+                      timeout_s: float = 3600.0) -> dict[int, tuple[float, float]]:
+    """Runs ``binary -m model -p pp -n tg -t threads -r reps -o json`` once over all thread counts;
+    returns {threads: (prefill tok/s, decode tok/s)} (medians over its repetitions). Raises
+    RuntimeError when the binary fails, ValueError when a thread count has no result."""
+    cmd = [binary, "-m", model, "-p", str(pp), "-n", str(tg), "-t", ",".join(map(str, threads)),
+           "-r", str(reps), "-o", "json"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s)
+    if proc.returncode != 0:
+        raise RuntimeError(f"--llama-bench: {' '.join(cmd)} failed (exit {proc.returncode}):\n"
+                           f"{(proc.stdout + proc.stderr)[-2000:]}")
+    out = parse_llama_bench_json(proc.stdout, pp, tg)
+    missing = [n for n in threads if n not in out]
+    if missing:
+        raise ValueError(f"--llama-bench: no pp{pp}/tg{tg} result at {missing} threads in its output")
     return out
