@@ -224,21 +224,31 @@ struct BlockDecoder<UQR_Q8_0, 0> : GenericDecoder<UQR_Q8_0, 0> {
   }
 };
 
-template <>
-struct BlockDecoder<UQR_Q4_K, 0> : GenericDecoder<UQR_Q4_K, 0> {
-  static inline void decode(const uint8_t* blk, vf* out) {
+// The 8 sub-block scales and mins of a q4_k / q5_k super-block (d, dmin, 12 bytes of 6-bit
+// fields at blk + 4), times d and dmin.
+struct KSubScales {
+  float s[8], m[8];
+  explicit KSubScales(const uint8_t* blk) {
     const float d = load_half(blk), dmin = load_half(blk + 2);
     uint32_t w[3], sc[2], mn[2];
     std::memcpy(w, blk + 4, 12);
     uqr_q4_k_scale_min_words(w[0], w[1], w[2], false, sc[0], mn[0]);
     uqr_q4_k_scale_min_words(w[0], w[1], w[2], true, sc[1], mn[1]);
+    for (int j = 0; j < 8; ++j) {
+      s[j] = d * static_cast<float>((sc[j >> 2] >> (8 * (j & 3))) & 0xFF);
+      m[j] = dmin * static_cast<float>((mn[j >> 2] >> (8 * (j & 3))) & 0xFF);
+    }
+  }
+};
+
+template <>
+struct BlockDecoder<UQR_Q4_K, 0> : GenericDecoder<UQR_Q4_K, 0> {
+  static inline void decode(const uint8_t* blk, vf* out) {
+    const KSubScales k(blk);
     for (int c = 0; c < 4; ++c) {
       // qs[32c .. 32c+31]: sub-block 2c in the low nibbles, 2c+1 in the high ones.
-      const int j0 = 2 * c, j1 = 2 * c + 1;
-      const vf s0 = vset1(d * static_cast<float>((sc[j0 >> 2] >> (8 * (j0 & 3))) & 0xFF));
-      const vf m0 = vset1(dmin * static_cast<float>((mn[j0 >> 2] >> (8 * (j0 & 3))) & 0xFF));
-      const vf s1 = vset1(d * static_cast<float>((sc[j1 >> 2] >> (8 * (j1 & 3))) & 0xFF));
-      const vf m1 = vset1(dmin * static_cast<float>((mn[j1 >> 2] >> (8 * (j1 & 3))) & 0xFF));
+      const vf s0 = vset1(k.s[2 * c]), m0 = vset1(k.m[2 * c]);
+      const vf s1 = vset1(k.s[2 * c + 1]), m1 = vset1(k.m[2 * c + 1]);
       vf lo0, hi0, lo1, hi1;
       vnibbles(blk + 16 + 32 * c, lo0, hi0);
       vnibbles(blk + 16 + 32 * c + 16, lo1, hi1);
@@ -324,11 +334,7 @@ struct BlockDecoder<UQR_Q5_1, 0> : GenericDecoder<UQR_Q5_1, 0> {
 template <>
 struct BlockDecoder<UQR_Q5_K, 0> : GenericDecoder<UQR_Q5_K, 0> {
   static inline void decode(const uint8_t* blk, vf* out) {
-    const float d = load_half(blk), dmin = load_half(blk + 2);
-    uint32_t w[3], sc[2], mn[2];
-    std::memcpy(w, blk + 4, 12);
-    uqr_q4_k_scale_min_words(w[0], w[1], w[2], false, sc[0], mn[0]);
-    uqr_q4_k_scale_min_words(w[0], w[1], w[2], true, sc[1], mn[1]);
+    const KSubScales k(blk);
     const uint8_t* qh = blk + UQR_Q5_K_QH;
     for (int c = 0; c < 4; ++c) {
       // qs[32c .. 32c+31]: sub-block 2c in the low nibbles, 2c+1 in the high ones.
@@ -338,11 +344,8 @@ struct BlockDecoder<UQR_Q5_K, 0> : GenericDecoder<UQR_Q5_K, 0> {
         q0[i] = static_cast<uint8_t>((qs[i] & 15) | (((qh[i] >> (2 * c)) & 1) << 4));
         q1[i] = static_cast<uint8_t>((qs[i] >> 4) | (((qh[i] >> (2 * c + 1)) & 1) << 4));
       }
-      const int j0 = 2 * c, j1 = 2 * c + 1;
-      const vf s0 = vset1(d * static_cast<float>((sc[j0 >> 2] >> (8 * (j0 & 3))) & 0xFF));
-      const vf m0 = vset1(dmin * static_cast<float>((mn[j0 >> 2] >> (8 * (j0 & 3))) & 0xFF));
-      const vf s1 = vset1(d * static_cast<float>((sc[j1 >> 2] >> (8 * (j1 & 3))) & 0xFF));
-      const vf m1 = vset1(dmin * static_cast<float>((mn[j1 >> 2] >> (8 * (j1 & 3))) & 0xFF));
+      const vf s0 = vset1(k.s[2 * c]), m0 = vset1(k.m[2 * c]);
+      const vf s1 = vset1(k.s[2 * c + 1]), m1 = vset1(k.m[2 * c + 1]);
       out[4 * c + 0] = vfms(vfrom_u8(q0), s0, m0);
       out[4 * c + 1] = vfms(vfrom_u8(q0 + 16), s0, m0);
       out[4 * c + 2] = vfms(vfrom_u8(q1), s1, m1);
