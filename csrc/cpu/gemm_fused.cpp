@@ -19,7 +19,7 @@ namespace {
 
 template <class Dec, int MR, int NR>
 inline void fused_tile(const uint8_t* w, int64_t row_bytes, int64_t nblocks, const float* X,
-                       int64_t K, float* res, int64_t ld_res, bool accumulate) {
+                       int64_t K, float* res, int64_t ld_res, bool accumulate, int64_t prefetch = 0) {
   vf acc[NR][MR];
   for (int r = 0; r < NR; ++r)
     for (int m = 0; m < MR; ++m) acc[r][m] = vzero();
@@ -28,6 +28,7 @@ inline void fused_tile(const uint8_t* w, int64_t row_bytes, int64_t nblocks, con
 #pragma GCC unroll 4
     for (int r = 0; r < NR; ++r) {
       vf wv[Dec::kVecs];
+      if (prefetch) __builtin_prefetch(w + r * row_bytes + b * Dec::kBytes + prefetch);
       Dec::decode(w + r * row_bytes + b * Dec::kBytes, wv);
 #pragma GCC unroll 16
       for (int v = 0; v < Dec::kVecs; ++v)
@@ -48,12 +49,18 @@ void fused_rows(const uint8_t* w, const uqr_gemm_params& p, const float* X, int6
                 float* res, int64_t ld_res) {
   constexpr int NR = weight_rows_per_tile<MR>();
   const int64_t chunk = fused_k_chunk<MR>(p.K, sizeof(float));
+  // A tile reads NR short rows side by side and the next tile's rows start new streams, which the
+  // hardware prefetchers pick up late: one-row calls on weights past the L2 ran at a third to a
+  // half of the bandwidth of long rows. Each block therefore prefetches the same block two tiles
+  // ahead, where that stays within L1-sized distances (long rows stream well on their own).
+  const int64_t prefetch = 2 * NR * p.row_bytes <= 32768 ? 2 * NR * p.row_bytes : 0;
   for (int64_t k0 = 0; k0 < p.K; k0 += chunk) {
     const int64_t nblocks = std::min(chunk, p.K - k0) / Dec::kElems;
     const uint8_t* wk = w + (k0 / Dec::kElems) * Dec::kBytes;
     int64_t n = n0;
     for (; n + NR <= n1; n += NR)
-      fused_tile<Dec, MR, NR>(wk + n * p.row_bytes, p.row_bytes, nblocks, X + k0, p.K, res + (n - n0), ld_res, k0 > 0);
+      fused_tile<Dec, MR, NR>(wk + n * p.row_bytes, p.row_bytes, nblocks, X + k0, p.K, res + (n - n0), ld_res, k0 > 0,
+                              prefetch);
     for (; n < n1; ++n)
       fused_tile<Dec, MR, 1>(wk + n * p.row_bytes, p.row_bytes, nblocks, X + k0, p.K, res + (n - n0), ld_res, k0 > 0);
   }
