@@ -6,6 +6,10 @@ For every thread count of ``--threads`` (default ``1,all``) it times, in one run
   weight stays in the file's blocks and runs through ``torch.ops.uqr.gemm``);
 * **transformers**: ``AutoModelForCausalLM.from_pretrained(dir, gguf_file=...)`` of the same file,
   which decodes every tensor to float32 on load (torch's dense matmuls);
+* **router (compiled)**, with ``--compile``: the router model's decode through
+  ``models.decode.CompiledDecoder`` (q/k/v and gate/up fused, static KV cache, one
+  ``torch.compile``'d single-token step, compiled afresh per thread count; the compile seconds are
+  printed and in the JSON's ``compile_s``, not in tok/s); its prefill runs eagerly into a static cache;
 * **llama.cpp**, when ``--llama-bench`` names a ``llama-bench`` binary: ``llama-bench -m FILE -p PP
   -n TG -t THREADS -r REPS -o json`` (``llama_peer.llama_bench_tok_s``).
 
@@ -52,6 +56,7 @@ class ModelRow:
     tg_tok_s: float
     pp_vs_llama_cpp: Optional[float] = None  # this engine's tok/s / llama.cpp's, same thread count
     tg_vs_llama_cpp: Optional[float] = None
+    compile_s: Optional[float] = None  # router (compiled): seconds of torch.compile, not in tg_tok_s
 
 
 def usable_cores() -> int:
@@ -89,6 +94,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--tg", type=int, default=128, help="decode tokens (default: %(default)s)")
     p.add_argument("--reps", type=int, default=3, help="repetitions; each figure is their median (default: %(default)s)")
     p.add_argument("--engines", default=",".join(ENGINES), help="comma list of torch engines (default: %(default)s)")
+    p.add_argument("--compile", action="store_true", help="also time the router's compiled decode step "
+                   "(static KV cache, torch.compile; a 'router (compiled)' row, compile time excluded)")
     p.add_argument("--json", metavar="PATH", help="also write the rows and the machine's description as JSON")
     p.add_argument("--seed", type=int, default=0)
     return p
@@ -192,6 +199,44 @@ def time_engine(model, threads: int, pp: int, tg: int, reps: int, seed: int) -> 
     return statistics.median(pps), statistics.median(tgs)
 
 
+def time_compiled(model, threads: int, pp: int, tg: int, reps: int, seed: int) -> tuple[float, float, float]:
+    """(prefill tok/s, decode tok/s, compile seconds) of ``CompiledDecoder`` at ``threads``.
+
+    Compiled afresh at each thread count (inductor's CPU code is generated for the thread count
+    of the compiling process). The static cache holds ``DECODE_PROMPT + tg`` positions, as
+    ``generate --compile`` sizes it; prefill runs eagerly into a static cache of ``pp`` positions.
+    """
+    from ..models.decode import CompiledDecoder
+
+    torch.set_num_threads(threads)
+    torch._dynamo.reset()
+    vocab = int(model.config.vocab_size)
+    gen = torch.Generator().manual_seed(seed)
+    ids = torch.randint(0, vocab, (1, pp), generator=gen)
+    prompt = torch.randint(0, vocab, (1, DECODE_PROMPT), generator=gen)
+    tokens = torch.randint(0, vocab, (tg,), generator=gen)
+    dec = CompiledDecoder(model, DECODE_PROMPT + tg)
+    compile_s = dec.warm_up()
+    pre = CompiledDecoder(model, pp, compile=False)
+    pre.prefill(ids[:, :min(pp, WARMUP_TOKENS)])
+
+    def prefill_once() -> float:
+        t0 = time.perf_counter()
+        pre.prefill(ids)
+        return time.perf_counter() - t0
+
+    def decode_once() -> float:
+        dec.prefill(prompt)
+        t0 = time.perf_counter()
+        for t in tokens:
+            dec.step(t)
+        return time.perf_counter() - t0
+
+    pps = [pp / prefill_once() for _ in range(reps)]
+    tgs = [tg / decode_once() for _ in range(reps)]
+    return statistics.median(pps), statistics.median(tgs), compile_s
+
+
 # ---- table ----------------------------------------------------------------------------------
 
 def add_ratios(rows: list[ModelRow]) -> None:
@@ -232,6 +277,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     for e in engines:
         if e not in ENGINES:
             raise SystemExit(f"--engines: unknown engine {e!r}; expected some of {', '.join(ENGINES)}")
+    if args.compile and "router" not in engines:
+        raise SystemExit("--compile times the router's compiled decode: keep 'router' in --engines")
     machine = machine_info()
     rows: list[ModelRow] = []
     for engine in engines:
@@ -242,6 +289,11 @@ def main(argv: Optional[list[str]] = None) -> int:
             pp_ts, tg_ts = time_engine(model, n, args.pp, args.tg, args.reps, args.seed)
             rows.append(ModelRow(engine, n, args.pp, args.tg, pp_ts, tg_ts))
             print(f"# {engine} threads={n}: pp {pp_ts:.1f} tok/s, tg {tg_ts:.1f} tok/s", file=sys.stderr, flush=True)
+        for n in threads if engine == "router" and args.compile else ():  # after the eager rows: it fuses layers
+            pp_ts, tg_ts, c_s = time_compiled(model, n, args.pp, args.tg, args.reps, args.seed)
+            rows.append(ModelRow("router (compiled)", n, args.pp, args.tg, pp_ts, tg_ts, compile_s=c_s))
+            print(f"# router (compiled) threads={n}: compiled in {c_s:.1f} s; pp {pp_ts:.1f} tok/s, "
+                  f"tg {tg_ts:.1f} tok/s", file=sys.stderr, flush=True)
         del model
     if args.llama_bench:
         from . import llama_peer
@@ -259,6 +311,9 @@ def main(argv: Optional[list[str]] = None) -> int:
           f"torch={machine['torch']} reps={args.reps}"
           + (f" load average {load[0]:.2f} at start, {machine['load_avg_end'][0]:.2f} at end" if load else ""))
     print(format_table(rows))
+    for r in rows:
+        if r.compile_s is not None:
+            print(f"{r.engine} at {r.threads} threads: compiled in {r.compile_s:.1f} s (not in its tok/s)")
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"model": os.path.abspath(args.model), "pp": args.pp, "tg": args.tg, "reps": args.reps,

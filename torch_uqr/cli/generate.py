@@ -13,6 +13,7 @@ import inspect
 import os
 import sys
 import time
+from typing import Optional
 
 import torch
 
@@ -46,6 +47,9 @@ def parse_args(argv):
                    help="CPU threads (torch.set_num_threads) for the whole run; default: torch's own "
                         "setting. On a machine where other processes use cores, give the free cores: "
                         "threads waiting on busy cores slow decoding by an order of magnitude")
+    p.add_argument("--compile", nargs="?", const="default", default=None, choices=["default", "reduce-overhead"],
+                   help="decode through a static KV cache and one torch.compile'd single-token step "
+                        "(compiled before the timing; 'reduce-overhead': CUDA graphs, CUDA only)")
     p.add_argument("--tp", type=int, default=1,
                    help="tensor-parallel ranks (launch: torchrun --nproc-per-node N -m torch_uqr generate --tp N)")
     args = p.parse_args(argv)
@@ -91,10 +95,12 @@ def _pick(logits: torch.Tensor, temperature: float, top_k: int, gen: torch.Gener
 
 @torch.no_grad()
 def generate(model, tokenizer, ids: torch.Tensor, max_new_tokens: int, *, temperature: float = 0.0,
-             top_k: int = 40, seed: int = 0, stream=None) -> dict:
+             top_k: int = 40, seed: int = 0, stream=None, compile: Optional[str] = None) -> dict:
     """Greedy (or top-k sampled) decoding with a KV cache; returns text, tokens and timings.
 
-    ``stream`` (a file) receives the text as it is produced.
+    ``stream`` (a file) receives the text as it is produced. ``compile`` ("default" or a
+    ``torch.compile`` mode): decode with ``CompiledDecoder`` (static cache, compiled step); it is
+    compiled before the timing starts and the seconds that took are returned as ``compile_s``.
     """
     from transformers import DynamicCache
 
@@ -103,10 +109,19 @@ def generate(model, tokenizer, ids: torch.Tensor, max_new_tokens: int, *, temper
     gen = torch.Generator().manual_seed(seed)
     cfg_eos = getattr(model.generation_config, "eos_token_id", None)
     eos = {tokenizer.eos_token_id} | set(cfg_eos if isinstance(cfg_eos, (list, tuple)) else [cfg_eos])
-    _forward(model, ids[:, :1], DynamicCache(config=model.config))  # warm-up: first calls set up kernels
-    cache = DynamicCache(config=model.config)
+    compile_s = None
+    if compile:
+        from ..models.decode import CompiledDecoder
+
+        dec = CompiledDecoder(model, ids.shape[-1] + max_new_tokens, mode=None if compile == "default" else compile)
+        compile_s = dec.warm_up()
+        prefill, step = dec.prefill, dec.step
+    else:
+        _forward(model, ids[:, :1], DynamicCache(config=model.config))  # warm-up: first calls set up kernels
+        cache = DynamicCache(config=model.config)
+        prefill = step = functools.partial(_forward, model, cache=cache)
     t0 = time.perf_counter()
-    nxt = _pick(_forward(model, ids, cache), temperature, top_k, gen)
+    nxt = _pick(prefill(ids), temperature, top_k, gen)
     t_prefill = time.perf_counter() - t0
     out, shown = [], ""
     t1 = time.perf_counter()
@@ -122,7 +137,7 @@ def generate(model, tokenizer, ids: torch.Tensor, max_new_tokens: int, *, temper
             shown = text
         if len(out) == max_new_tokens:
             break
-        nxt = _pick(_forward(model, nxt.view(1, 1), cache), temperature, top_k, gen)
+        nxt = _pick(step(nxt.view(1, 1)), temperature, top_k, gen)
     t_decode = time.perf_counter() - t1
     decode_steps = max(len(out) - 1, 0)  # the first token came out of the prefill
     return {
@@ -130,6 +145,7 @@ def generate(model, tokenizer, ids: torch.Tensor, max_new_tokens: int, *, temper
         "prompt_tokens": ids.shape[-1], "prefill_s": t_prefill, "decode_s": t_decode,
         "prefill_tok_s": ids.shape[-1] / t_prefill if t_prefill else float("nan"),
         "decode_tok_s": decode_steps / t_decode if decode_steps and t_decode else float("nan"),
+        "compile_s": compile_s,
     }
 
 
@@ -171,10 +187,11 @@ def main(argv=None) -> int:
     ids = encode_prompt(tokenizer, args.prompt, args.raw)
     print(f"# prompt: {args.prompt!r}\n")
     r = generate(model, tokenizer, ids, args.max_new_tokens, temperature=args.temperature,
-                 top_k=args.top_k, seed=args.seed, stream=sys.stdout)
+                 top_k=args.top_k, seed=args.seed, stream=sys.stdout, compile=args.compile)
     device = torch.device(args.device)
     print(f"\n\n# prefill {r['prompt_tokens']} tokens in {r['prefill_s']:.2f} s ({r['prefill_tok_s']:.1f} tok/s); "
-          f"decode {len(r['tokens'])} tokens at {r['decode_tok_s']:.1f} tok/s; "
+          f"decode {len(r['tokens'])} tokens at {r['decode_tok_s']:.1f} tok/s"
+          + (f" (compiled in {r['compile_s']:.1f} s before)" if args.compile else "") + "; "
           f"peak memory {peak_memory_mib(device):.0f} MiB"
           + (f"; {torch.get_num_threads()} CPU threads" if device.type == "cpu" else ""))
     return 0

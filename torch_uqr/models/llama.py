@@ -99,6 +99,7 @@ class DirectHeadAttention(nn.Module):
         self.q_proj.out_heads = self.num_heads
         self.k_proj.out_heads = self.v_proj.out_heads = self.num_kv_heads
         self.o_proj.in_heads = self.o_proj.in_features == self.o_proj.packed_in_features
+        self.qkv_proj = None  # decode.fuse_projections: q, k and v rows in one QuantLinear
 
     def forward(self, hidden_states: torch.Tensor, position_embeddings=None, attention_mask=None,
                 cache=None, past_key_values=None, **kwargs):
@@ -106,9 +107,12 @@ class DirectHeadAttention(nn.Module):
 
         cache = cache if cache is not None else past_key_values
         M = hidden_states.shape[-2]
-        q = self.q_proj(hidden_states)  # [B, H, M, D], no transpose needed
-        k = self.k_proj(hidden_states)
-        v = self.v_proj(hidden_states)
+        if self.qkv_proj is not None:  # [B, H + 2 KV, M, D]
+            q, k, v = self.qkv_proj(hidden_states).split([self.num_heads, self.num_kv_heads, self.num_kv_heads], -3)
+        else:
+            q = self.q_proj(hidden_states)  # [B, H, M, D], no transpose needed
+            k = self.k_proj(hidden_states)
+            v = self.v_proj(hidden_states)
         cos, sin = position_embeddings
         q, k = apply_rotary_pos_emb(q, k, cos, sin)
         if cache is not None:
