@@ -364,7 +364,8 @@ def _set_local_heads(attn: nn.Module, plan: TPPlan) -> None:
 
 
 def _fused_check(model: nn.Module) -> None:
-    fused = [n for n, m in model.named_modules() if hasattr(m, "qkv_proj") or hasattr(m, "gate_up_proj")]
+    fused = [n for n, m in model.named_modules()
+             if getattr(m, "qkv_proj", None) is not None or getattr(m, "gate_up_proj", None) is not None]
     if fused:
         raise NotImplementedError(f"fused projections ({fused[0]}) are not split by the tensor-parallel plan yet")
 
