@@ -1,5 +1,6 @@
 // The uqr operator library: the schema of uqr::gemm (docs/operator.md) and its CPU kernel. The
-// CUDA kernel is registered from Python (torch_uqr/backends/cuda/register.py), the MPS kernel by
+// CUDA kernel is registered by csrc/cuda/qmma_binding.cpp in CUDA builds (by
+// torch_uqr/backends/cuda/register.py in a build without CUDA C++), the MPS kernel by
 // csrc/mps/ on macOS, the fake (meta) kernel in torch_uqr/ops.py.
 #include <Python.h>
 #include <torch/library.h>

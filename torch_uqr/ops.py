@@ -1,8 +1,8 @@
 """Python entry point of the operator ``torch.ops.uqr.gemm`` (schema in docs/operator.md).
 
 ``gemm(x, qt)`` checks its arguments with errors that name the offending argument, then calls the
-registered operator: C++ kernels on CPU (``torch_uqr._C``), Triton kernels on CUDA
-(``torch_uqr.backends.cuda.register``, imported only when CUDA is present), Metal on MPS, or the
+registered operator: C++ kernels on CPU (``torch_uqr._C``), on CUDA the CUDA C++ and Triton kernels
+(router and Python half in ``torch_uqr.backends.cuda``, imported only when CUDA is present), Metal on MPS, or the
 Metal shaders in the CPU emulator with ``backend="metal-emu"``. A fake (meta) kernel makes the op
 traceable by ``torch.compile(fullgraph=True)``.
 """

@@ -1,13 +1,18 @@
-// Torch glue of the tensor-core CUDA kernels: registers the private operators uqr::_qmma_cuda,
-// uqr::_wgmma_cuda (Hopper) and uqr::_int8_cuda on the CUDA key (uqr::gemm's arguments minus `path`,
-// then the launch plan), and uqr::_cuda_residency (the kernels' residency, which the plan needs).
-// Compiled only in CUDA builds (setup.py defines UQR_WITH_CUDA). The router
-// (torch_uqr/triton_kernels/dispatch.py) decides every launch choice and passes it in; this file
-// only checks the call and the plan, and launches.
+// Torch glue of the CUDA kernels: the CUDA kernel of uqr::gemm itself, the private operators
+// uqr::_qmma_cuda, uqr::_wgmma_cuda (Hopper) and uqr::_int8_cuda on the CUDA key (uqr::gemm's
+// arguments minus `path`, then the launch plan), and uqr::_cuda_residency (the kernels' residency,
+// which the plan needs). Compiled only in CUDA builds (setup.py defines UQR_WITH_CUDA).
+//
+// The router (torch_uqr/backends/cuda/dispatch.py, route()) decides every launch choice; this file
+// caches its answer per call shape (uqr::gemm below), checks the call and the plan, and launches.
 #ifdef UQR_WITH_CUDA
 #include <ATen/ATen.h>
+#include <ATen/core/dispatch/Dispatcher.h>
 #include <algorithm>
+#include <cstring>
+#include <mutex>
 #include <string>
+#include <unordered_map>
 #include <vector>
 #include <c10/cuda/CUDAStream.h>
 #include <c10/cuda/CUDAGuard.h>
@@ -178,6 +183,107 @@ std::vector<int64_t> cuda_residency(c10::string_view kernel, c10::string_view fm
   return out;
 }
 
+// --- uqr::gemm on CUDA ------------------------------------------------------------------------
+// The router is Python (it also launches the Triton kernels), but its decision depends only on the
+// call's shapes, strides, dtypes, alignment, device and the tuning in force. So the decision is
+// asked once per such key through uqr::_cuda_route and cached here: a repeated call (every decode
+// step, every layer of a model) goes from the dispatcher to its CUDA C++ kernel without Python.
+// Calls routed to the kernels launched from Python go to uqr::_gemm_triton.
+
+enum RouteKind : int64_t { kRouteTriton = 0, kRouteQmma = 1, kRouteWgmma = 2, kRouteInt8 = 3 };
+
+struct Route {
+  int64_t kind = kRouteTriton;
+  std::vector<int64_t> plan;  // the op's plan arguments, in order (dispatch.py: QmmaPlan.args() ...)
+};
+
+// The tuning in force on this thread (torch_uqr.backends.cuda.tuning.override sets it through
+// uqr::_cuda_set_tuning_key): part of the key, so an override never reuses another tuning's plan.
+thread_local int64_t t_tuning_key = 0;
+
+constexpr size_t kRouteCacheMax = 1 << 14;  // distinct call shapes; a full cache starts over
+
+std::string route_key(const at::Tensor& x, const at::Tensor& w, c10::string_view fmt, int64_t N, int64_t K,
+                      int64_t group_size, int64_t out_heads, bool in_heads, c10::string_view path) {
+  std::string key;
+  key.reserve(256);
+  auto put = [&key](int64_t v) { key.append(reinterpret_cast<const char*>(&v), sizeof v); };
+  auto put_tensor = [&](const at::Tensor& t) {
+    put(t.get_device());
+    put(static_cast<int64_t>(t.scalar_type()));
+    put(t.dim());
+    for (int64_t s : t.sizes()) put(s);
+    for (int64_t s : t.strides()) put(s);
+    put(static_cast<int64_t>(reinterpret_cast<uintptr_t>(t.data_ptr()) % 16));  // the kernels' alignment rules
+  };
+  put_tensor(x);
+  put_tensor(w);
+  for (int64_t v : {N, K, group_size, out_heads, static_cast<int64_t>(in_heads), t_tuning_key}) put(v);
+  key.append(fmt.data(), fmt.size());
+  key.push_back('\0');
+  key.append(path.data(), path.size());
+  return key;
+}
+
+const c10::OperatorHandle& python_op(const char* name) {
+  const c10::OperatorHandle& op = c10::Dispatcher::singleton().findSchemaOrThrow(name, "");
+  UQR_CHECK(op.hasKernelForDispatchKey(c10::DispatchKey::CUDA), name,
+            " has no CUDA kernel: `import torch_uqr` registers it (torch_uqr/backends/cuda/register.py; it needs "
+            "triton)");
+  return op;
+}
+
+Route cached_route(const at::Tensor& x, const at::Tensor& w, c10::string_view fmt, int64_t N, int64_t K,
+                   int64_t group_size, int64_t out_heads, bool in_heads, c10::string_view path) {
+  static std::mutex mu;
+  static std::unordered_map<std::string, Route> cache;
+  std::string key = route_key(x, w, fmt, N, K, group_size, out_heads, in_heads, path);
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    auto it = cache.find(key);
+    if (it != cache.end()) return it->second;
+  }
+  // A new key: the contract is checked here, so a bad call fails from C++ with the argument named
+  // before any Python runs (a cached key passed the same check on the same shapes).
+  plan_gemm(x, w, fmt, N, K, group_size, out_heads, in_heads, path, Backend::kCuda);
+  static const auto op = python_op("uqr::_cuda_route")
+                             .typed<std::vector<int64_t>(const at::Tensor&, const at::Tensor&, c10::string_view,
+                                                         int64_t, int64_t, int64_t, int64_t, bool, c10::string_view)>();
+  const std::vector<int64_t> codes = op.redispatch(c10::DispatchKeySet(c10::DispatchKey::CUDA), x, w, fmt, N, K,
+                                                   group_size, out_heads, in_heads, path);
+  static const size_t kPlanArgs[] = {0, 8, 4, 4};  // plan fields of each RouteKind
+  UQR_CHECK(!codes.empty() && codes[0] >= kRouteTriton && codes[0] <= kRouteInt8 &&
+                codes.size() == 1 + kPlanArgs[codes[0]],
+            "uqr::gemm: uqr::_cuda_route gave a malformed route (", codes.size(), " values)");
+  Route r{codes[0], std::vector<int64_t>(codes.begin() + 1, codes.end())};
+  std::lock_guard<std::mutex> lock(mu);
+  if (cache.size() >= kRouteCacheMax) cache.clear();
+  cache.emplace(std::move(key), r);
+  return r;
+}
+
+at::Tensor gemm_cuda(const at::Tensor& x, const at::Tensor& w, c10::string_view fmt, int64_t N, int64_t K,
+                     int64_t group_size, int64_t out_heads, bool in_heads, c10::string_view path) {
+  const Route r = cached_route(x, w, fmt, N, K, group_size, out_heads, in_heads, path);
+  const std::vector<int64_t>& a = r.plan;
+  switch (r.kind) {
+    case kRouteQmma:
+      return qmma_cuda(x, w, fmt, N, K, group_size, out_heads, in_heads, a[0] != 0, a[1], a[2], a[3], a[4], a[5] != 0,
+                       a[6] != 0, a[7] != 0);
+    case kRouteWgmma:
+      return wgmma_cuda(x, w, fmt, N, K, group_size, out_heads, in_heads, a[0], a[1], a[2], a[3] != 0);
+    case kRouteInt8:
+      return int8_cuda(x, w, fmt, N, K, group_size, out_heads, in_heads, a[0], a[1], a[2] != 0, a[3] != 0);
+    default: {
+      static const auto op = python_op("uqr::_gemm_triton")
+                                 .typed<at::Tensor(const at::Tensor&, const at::Tensor&, c10::string_view, int64_t,
+                                                   int64_t, int64_t, int64_t, bool, c10::string_view)>();
+      return op.redispatch(c10::DispatchKeySet(c10::DispatchKey::CUDA), x, w, fmt, N, K, group_size, out_heads,
+                           in_heads, path);
+    }
+  }
+}
+
 }  // namespace
 }  // namespace cuda
 }  // namespace uqr
@@ -192,9 +298,16 @@ TORCH_LIBRARY_FRAGMENT(uqr, m) {
         "int bm, int ctas, int splits, bool pdl) -> Tensor");
   m.def("_cuda_residency(str kernel, str fmt, int group_size, bool bf16, int rows, int variant, Device device) -> int[]",
         &uqr::cuda::cuda_residency);
+  // Implemented in Python (torch_uqr/backends/cuda/register.py); uqr::gemm's CUDA kernel calls them.
+  m.def("_cuda_route(Tensor x, Tensor w, str fmt, int N, int K, int group_size, int out_heads, bool in_heads, "
+        "str path) -> int[]");
+  m.def("_gemm_triton(Tensor x, Tensor w, str fmt, int N, int K, int group_size, int out_heads, bool in_heads, "
+        "str path) -> Tensor");
+  m.def("_cuda_set_tuning_key(int key) -> ()", [](int64_t key) { uqr::cuda::t_tuning_key = key; });
 }
 
 TORCH_LIBRARY_IMPL(uqr, CUDA, m) {
+  m.impl("gemm", &uqr::cuda::gemm_cuda);
   m.impl("_qmma_cuda", &uqr::cuda::qmma_cuda);
   m.impl("_wgmma_cuda", &uqr::cuda::wgmma_cuda);
   m.impl("_int8_cuda", &uqr::cuda::int8_cuda);

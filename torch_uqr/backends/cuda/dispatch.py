@@ -1,5 +1,7 @@
-"""``gemm_cuda``: the CUDA implementation of ``uqr::gemm`` and its router, ``gemm_cuda_route``,
-which picks the kernel by M and path and, for the CUDA C++ kernels, their whole launch plan.
+"""The CUDA router: ``route`` picks the kernel by M and path and, for the CUDA C++ kernels, their
+whole launch plan; ``gemm_cuda_route`` runs a call (and takes forced kernels for tests and bench).
+The C++ kernel of ``uqr::gemm`` asks ``route`` once per call shape (``route_codes``) and caches the
+answer; ``gemm_cuda`` runs the calls routed to the kernels launched from Python (register.py).
 
     path "vec"  -> ternary_vec.py (ternary only)
     path "mma"  -> gemm.py, or for large M a decode into a scratch matrix + cuBLAS (the CUDA C++
@@ -506,11 +508,51 @@ def _scratch_matmul(lay: GemmPlan, w: torch.Tensor, fmt: str, N: int, K: int, gr
         torch.matmul(x, wd.t(), out=lay.y.view(-1, lay.M, N))
 
 
+# What route() answers: which kernel family runs a call. "triton" covers every kernel launched from
+# Python (Triton's fused, row and add/subtract kernels, and decode-to-scratch + cuBLAS).
+ROUTE_KINDS = ("triton", "qmma", "wgmma", "int8")
+
+
+def route(x: torch.Tensor, w: torch.Tensor, fmt: str, N: int, K: int, group_size: int = 0, out_heads: int = 0,
+          in_heads: bool = False, path: str = "auto", lay: Optional[GemmPlan] = None):
+    """The path-``auto`` decision for one call: ``(kind, plan)`` with ``kind`` in ROUTE_KINDS and, for
+    the CUDA C++ kernels, their launch plan (QmmaPlan, WgmmaPlan, Int8Plan; None for "triton").
+
+    The decision reads the call's shapes, strides, dtypes, alignment and device, the tables of
+    configs.py and the tuning in force, nothing else: the C++ kernel of ``uqr::gemm`` caches it per
+    such key (route_codes)."""
+    if lay is None:
+        lay = plan(x, w, fmt, N, K, group_size, out_heads, in_heads, path, "cuda", allocate=False)
+    rows = lay.M * lay.batch
+    if path == "int8":
+        if (rows <= configs.INT8_AUTO_MAX_ROWS[fmt] and int8_available()
+                and int8_fits(x, w, fmt, K, group_size, in_heads, rows)):
+            return "int8", launch_plan("int8", x, fmt, N, K, group_size)
+        path = "auto"  # int8 is an opt-in speed-up, not a contract: calls it would not speed up run exact
+    if path != "auto":
+        return "triton", None
+    on_hopper = x.is_cuda and wgmma_available(_device_index(x.device))
+    if (configs.QMMA_ENABLED and qmma_available() and qmma_auto(fmt, rows, N, on_hopper)
+            and qmma_fits(x, w, fmt, K, group_size, in_heads, rows)):
+        return "qmma", launch_plan("qmma", x, fmt, N, K, group_size)
+    if on_hopper and wgmma_auto(x, w, fmt, N, K, group_size, in_heads, rows):
+        return "wgmma", launch_plan("wgmma", x, fmt, N, K, group_size)
+    return "triton", None
+
+
+def route_codes(x: torch.Tensor, w: torch.Tensor, fmt: str, N: int, K: int, group_size: int, out_heads: int,
+                in_heads: bool, path: str) -> list[int]:
+    """``uqr::_cuda_route``: route() as integers for the C++ kernel of ``uqr::gemm``: the kind's index
+    in ROUTE_KINDS, then the plan's fields in op order (bools as 0 / 1)."""
+    kind, p = route(x, w, fmt, N, K, group_size, out_heads, in_heads, path)
+    return [ROUTE_KINDS.index(kind), *(int(v) for v in (p.args() if p is not None else ()))]
+
+
 def gemm_cuda_route(x: torch.Tensor, w: torch.Tensor, fmt: str, N: int, K: int, group_size: int = 0,
                 out_heads: int = 0, in_heads: bool = False, path: str = "auto", kernel: str = "auto",
                 config: GemmConfig | VecConfig | None = None) -> torch.Tensor:
     """y = x W^T with W packed in ``fmt`` on CUDA: the Triton kernels or the CUDA C++ ones, chosen by
-    M and path; ``kernel``/``config`` override the choice (tests, bench)."""
+    M and path (route()); ``kernel``/``config`` override the choice (tests, bench)."""
     if kernel not in KERNELS:
         raise ValueError(f"kernel: expected one of {KERNELS}, got {kernel!r}")
     # The operator's contract, checked once, in C++ (uqr::plan_gemm): errors name the argument.
@@ -518,26 +560,30 @@ def gemm_cuda_route(x: torch.Tensor, w: torch.Tensor, fmt: str, N: int, K: int, 
     rows = lay.M * lay.batch
     if kernel == "int8":
         return _int8_forced(x, w, fmt, N, K, group_size, out_heads, in_heads, rows)
-    if path == "int8":
-        if (kernel == "auto" and rows <= configs.INT8_AUTO_MAX_ROWS[fmt] and int8_available()
-                and int8_fits(x, w, fmt, K, group_size, in_heads, rows)):
-            return run_int8(x, w, fmt, N, K, group_size, out_heads, in_heads)
-        path = "auto"  # int8 is an opt-in speed-up, not a contract: calls it would not speed up run exact
-    on_hopper = x.is_cuda and wgmma_available(x.device.index if x.device.index is not None else torch.cuda.current_device())
-    if kernel == "qmma" or (kernel == "auto" and path == "auto" and configs.QMMA_ENABLED and qmma_available()
-                            and qmma_auto(fmt, rows, N, on_hopper) and qmma_fits(x, w, fmt, K, group_size, in_heads, rows)):
-        if path == "vec":
-            raise ValueError("kernel: 'qmma' has no vec path")
+    if kernel in ("qmma", "wgmma") and path == "vec":
+        raise ValueError(f"kernel: {kernel!r} has no vec path")
+    if kernel == "qmma":
         return run_qmma(x, w, fmt, N, K, group_size, out_heads, in_heads)
-    if kernel == "wgmma" or (kernel == "auto" and path == "auto" and on_hopper
-                             and wgmma_auto(x, w, fmt, N, K, group_size, in_heads, rows)):
-        if path == "vec":
-            raise ValueError("kernel: 'wgmma' has no vec path")
+    if kernel == "wgmma":
         return run_wgmma(x, w, fmt, N, K, group_size, out_heads, in_heads)
+    if kernel == "auto":
+        kind, p = route(x, w, fmt, N, K, group_size, out_heads, in_heads, path, lay)
+        run = {"qmma": run_qmma, "wgmma": run_wgmma, "int8": run_int8}.get(kind)
+        if run is not None:
+            return run(x, w, fmt, N, K, group_size, out_heads, in_heads, p)
+        if path == "int8":
+            path = "auto"
+    return _run_triton(lay, w, fmt, N, K, group_size, path, kernel, config)
+
+
+def _run_triton(lay: GemmPlan, w: torch.Tensor, fmt: str, N: int, K: int, group_size: int, path: str,
+                kernel: str, config: GemmConfig | VecConfig | None) -> torch.Tensor:
+    """The kernels launched from Python: Triton's and decode-to-scratch + cuBLAS."""
     lay.allocate()
     if lay.y.numel() == 0:
         return lay.y
-    sms = _sm_count(x.device)
+    rows = lay.M * lay.batch
+    sms = _sm_count(lay.x.device)
     if kernel == "auto":
         if path == "auto" and rows <= configs.GEMV_AUTO_MAX_M:
             kernel = "gemv"
@@ -560,5 +606,7 @@ def gemm_cuda_route(x: torch.Tensor, w: torch.Tensor, fmt: str, N: int, K: int, 
 
 def gemm_cuda(x: torch.Tensor, w: torch.Tensor, fmt: str, N: int, K: int, group_size: int,
               out_heads: int, in_heads: bool, path: str) -> torch.Tensor:
-    """The ``uqr::gemm`` CUDA kernel: same arguments as the operator schema (opschema)."""
+    """The ``uqr::gemm`` CUDA kernel where the extension has no CUDA C++ (Triton only), and
+    ``uqr::_gemm_triton``, which the C++ kernel calls for the calls route() gives to "triton": same
+    arguments as the operator schema (opschema)."""
     return gemm_cuda_route(x, w, fmt, N, K, group_size, out_heads, in_heads, path)

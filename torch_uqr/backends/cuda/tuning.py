@@ -39,6 +39,8 @@ import contextvars
 from dataclasses import dataclass, fields, replace
 from typing import Iterator, Optional
 
+import torch
+
 
 @dataclass(frozen=True)
 class Tuning:
@@ -78,6 +80,21 @@ DEFAULT = Tuning()
 _current: contextvars.ContextVar[Tuning] = contextvars.ContextVar("uqr_cuda_tuning", default=DEFAULT)
 
 
+# Each distinct Tuning gets a number for the C++ kernel of uqr::gemm, which caches the router's plan
+# per call shape and tuning (csrc/cuda/qmma_binding.cpp). Its key is per thread, as the context
+# variable is, so one thread's override never changes another's plans (asyncio tasks sharing a
+# thread share the key of the innermost override).
+_keys: dict[Tuning, int] = {DEFAULT: 0}
+
+
+def _tell_cpp(t: Tuning) -> None:
+    try:
+        op = torch.ops.uqr._cuda_set_tuning_key
+    except (AttributeError, RuntimeError):  # no CUDA C++ in this build: the router runs every call
+        return
+    op(_keys.setdefault(t, len(_keys)))
+
+
 def current() -> Tuning:
     """The overrides in force here (``DEFAULT`` outside any ``override`` block)."""
     return _current.get()
@@ -92,7 +109,9 @@ def override(**knobs) -> Iterator[Tuning]:
     if unknown:
         raise TypeError(f"tuning.override: unknown knob(s) {unknown}; expected some of {sorted(names)}")
     token = _current.set(replace(_current.get(), **knobs))
+    _tell_cpp(_current.get())
     try:
         yield _current.get()
     finally:
         _current.reset(token)
+        _tell_cpp(_current.get())
