@@ -103,7 +103,7 @@ constexpr bool kTernaryAutoVec = false;
 // Half x at larger M: decode to x's dtype and multiply with ATen's mm (gemm_half.cpp) instead of
 // the fp32 panel GEMM. bf16 runs on AMX and wins from M = 9 on. fp16 has no AMX on this CPU
 // generation: oneDNN's fp16 GEMM only beats our fp32 panel GEMM for tall x, so fp16 switches at
-// kHalfFp16MinRows (measurements in docs/perf/cpu.md).
+// kHalfFp16MinRows (measurements in docs/perf/cpu-sapphire-rapids.md).
 constexpr int64_t kHalfFp16MinRows = 256;
 // fp32 x without AVX-512: the panel microkernel is tiled for 32 zmm registers (16 accumulators of
 // 16 lanes), so with 16 ymm (AVX2) or 32 q registers (NEON) larger M goes to the library's fp32

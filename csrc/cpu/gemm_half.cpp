@@ -1,6 +1,6 @@
 // Larger M through a library GEMM: decode a panel of weight rows into x's dtype, then one ATen mm
 // per panel. For bf16, oneDNN runs it on the AMX tiles, which is ~4x the fp32 FMA rate of our own
-// panel GEMM (docs/perf/cpu.md), so the decode is what remains of the quantized cost. fp32 x takes
+// panel GEMM (docs/perf/cpu-sapphire-rapids.md), so the decode is what remains of the quantized cost. fp32 x takes
 // this path on CPUs without AVX-512, where the library's (MKL / oneDNN) fp32 GEMM beats the
 // panel microkernel, which is tiled for 32 zmm registers.
 //
