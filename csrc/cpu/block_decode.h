@@ -515,7 +515,7 @@ struct Tag {
   using type = T;
 };
 
-// Calls f(Tag<Decoder>{}) with the decoder of `fmt` (mlx4: of group size g), so format dispatch
+// Calls f(Tag<Decoder>{}) with the decoder of `fmt` (a grouped format: of group size g), so format dispatch
 // happens once per call and the hot loops are compiled per format (C++17: a generic lambda
 // recovers the type with `typename decltype(tag)::type`).
 template <class F>
@@ -524,13 +524,12 @@ inline void with_decoder(int fmt, int g, F&& f) {
   case id: f(Tag<BlockDecoder<id>>{}); return;
   switch (fmt) {
     UQR_FIXED_BLOCK_LIST(UQR_DECODER_CASE)
-    case UQR_MLX4:
-      if (g == 32) f(Tag<BlockDecoder<UQR_MLX4, 32>>{});
-      else if (g == 64) f(Tag<BlockDecoder<UQR_MLX4, 64>>{});
-      else f(Tag<BlockDecoder<UQR_MLX4, 128>>{});
-      return;
   }
 #undef UQR_DECODER_CASE
+#define UQR_GROUPED_DECODER_CASE(id, G) \
+  if (fmt == id && g == G) { f(Tag<BlockDecoder<id, G>>{}); return; }
+  UQR_GROUPED_CASES(UQR_GROUPED_DECODER_CASE)
+#undef UQR_GROUPED_DECODER_CASE
   TORCH_INTERNAL_ASSERT(false, "uqr: no CPU decoder for format id ", fmt);
 }
 
