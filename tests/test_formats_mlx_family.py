@@ -1,6 +1,7 @@
 """Every bit width of the MLX affine family (mlx2 ... mlx8, from the format table) against MLX:
 decode equal to ``mx.dequantize`` in float32, ``uqr.gemm`` against ``mx.quantized_matmul``, a
-lossless ``from_mlx`` / ``to_mlx`` round trip, and ``bits`` / ``group_size`` inferred from shapes.
+lossless ``from_mlx`` / ``to_mlx`` round trip, ``bits`` / ``group_size`` inferred from shapes; and
+``uqr.gemm`` on the CPU and the emulated Metal shaders against a float64 reference.
 
 Two sources of MLX outputs, as in test_formats_mlx.py: the committed golden file
 (tests/golden/mlx_family_golden.npz, made by tests/golden/make_mlx_golden.py) and live ``mlx.core``
@@ -13,6 +14,7 @@ import numpy as np
 import pytest
 import torch
 
+import gemm_helpers
 import torch_uqr as uqr
 from torch_uqr.formats.table import family, mlx_format
 
@@ -107,3 +109,46 @@ def test_from_mlx_rejects_shapes_that_match_no_width():
     assert mlx_format(3).name == "mlx3"
     with pytest.raises(ValueError, match="MLX format"):
         uqr.to_mlx(uqr.quantize(torch.zeros(1, 32), "q4_0"))
+
+
+MS = [1, 7, 33, 127, 129, 300]
+DTYPES = [torch.float16, torch.bfloat16, torch.float32]
+N_ODD, K_GEMM = 70, 256  # 70 rows: no whole tile or panel; K / 2 heads = 128, whole groups for every g
+
+
+def _x(layout: str, M: int, dtype: torch.dtype):
+    """(x, out_heads, in_heads): plain [M, K], or attention's head split (x a [2, 2, M, K/2]
+    transposed view of [2, M, 2, K/2], y in 2 heads of 35)."""
+    if layout == "plain":
+        return gemm_helpers.randn(M, K_GEMM, dtype=dtype), 0, False
+    return gemm_helpers.randn(2, M, 2, K_GEMM // 2, dtype=dtype).transpose(1, 2), 2, True
+
+
+@pytest.mark.parametrize("backend", [None, "metal-emu"], ids=["cpu", "metal-emu"])
+@pytest.mark.parametrize("fmt,g", CASES, ids=IDS)
+def test_gemm_matches_float64_reference(fmt, g, backend):
+    """uqr.gemm on the CPU kernels and the emulated Metal shaders, odd M, both head layouts, every x dtype."""
+    if not uqr.ops.op_available():
+        pytest.skip("torch_uqr._C not built")
+    qt, W = gemm_helpers.weights(fmt, g, N_ODD, K_GEMM)
+    for i, M in enumerate(MS):
+        for j, dtype in enumerate(DTYPES):
+            # The emulator is slow: there the layouts take turns, so that every M and every dtype
+            # still meets both of them.
+            for layout in ("plain", "heads") if backend is None else (("plain", "heads")[(i + j) % 2],):
+                x, out_heads, in_heads = _x(layout, M, dtype)
+                ref = gemm_helpers.reference(x, W, out_heads, in_heads)
+                y = uqr.gemm(x, qt, out_heads=out_heads, in_heads=in_heads, backend=backend)
+                gemm_helpers.assert_close(y, ref, dtype, f"{fmt} g={g} {backend} M={M} {layout} {dtype}")
+
+
+def test_cuda_tensor_core_kernels_take_mlx4_only():
+    """The qmma_* kernels have traits for mlx4's nibbles only: the router leaves the other widths
+    (table: cuda_qmma=False) to the Triton and decode-to-dense paths, which test_triton_interpret.py
+    and test_cuda_build.py (dequant.cu instantiates every group size of every width) cover."""
+    from torch_uqr.backends.cuda import configs, dispatch
+    x = torch.zeros(1, 256, dtype=torch.float16)
+    for row in family("mlx"):
+        qt = uqr.quantize(torch.randn(8, 256), row.name)
+        fits = dispatch.qmma_fits(x, qt.data, row.name, 256, qt.group_size, False, 1)
+        assert fits == row.cuda_qmma == (row.name in configs.QMMA_FORMATS) == (row.name == "mlx4")
