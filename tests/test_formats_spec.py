@@ -164,7 +164,8 @@ def read_mxfp4(b, g):
 
 READERS = {"iq4_nl": read_iq4_nl, "iq4_xs": read_iq4_xs, "q3_k": read_q3_k, "q2_k": read_q2_k, "mxfp4": read_mxfp4,
            "q4_0": read_q4_0, "q4_1": read_q4_1, "q8_0": read_q8_0, "q4_k": read_q4_k,
-           **{f.name: read_mlx(f.code_bits) for f in family("mlx")}, "var_affine": read_var_affine, "exl3": read_exl3, "ternary": read_ternary,
+           **{f.name: read_mlx(f.code_bits) for f in family("mlx")},
+           "var_affine": read_var_affine, "exl3": read_exl3, "ternary": read_ternary,
            "q5_0": read_q5_0_values, "q5_1": read_q5_1, "q6_k": read_q6_k, "q5_k": read_q5_k}
 CASES = [(f, g or 0) for f, g in format_cases()]
 
