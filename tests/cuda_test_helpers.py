@@ -97,7 +97,8 @@ def check_layouts(op, fmt: str, N: int, cases: tuple, K: int = 2048) -> None:
     """Batched x, head-strided x and direct-head y through ``op`` (a uqr::gemm-like op taking
     (x, w, fmt, N, K, group_size, out_heads, in_heads)) against float64, for (batch, M) cases."""
     from packed_reference import random_packed, reference_dequantize
-    g = 64 if fmt == "mlx4" else 0
+    from torch_uqr.formats.table import spec
+    g = spec(fmt).default_group_size
     H_in, H_out = 8, 4  # x heads of 256: whole stages
     w = random_packed(fmt, N, K, g, seed=fresh_seed(), device="cuda")
     wref = reference_dequantize(w, fmt, N, K, g)

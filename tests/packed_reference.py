@@ -10,6 +10,7 @@ from __future__ import annotations
 import torch
 
 from torch_uqr.backends.cuda.formats_meta import block_geometry
+from torch_uqr.formats.table import spec
 
 
 def _half_bytes(shape: tuple[int, ...], scale: float, gen: torch.Generator, device) -> torch.Tensor:
@@ -58,9 +59,10 @@ def random_packed(fmt: str, N: int, K: int, group_size: int = 0, seed: int = 0,
     elif fmt == "q4_k":
         fields = [_half_bytes(shp, scale / 64, gen, device), _half_bytes(shp, scale / 64, gen, device),
                   _rand_bytes((*shp, 12), gen, device), _rand_bytes((*shp, 128), gen, device)]
-    elif fmt == "mlx4":
-        fields = [_half_bytes(shp, scale, gen, device), _half_bytes(shp, 8 * scale, gen, device),
-                  _rand_bytes((*shp, group_size // 2), gen, device)]
+    elif spec(fmt).family == "mlx":
+        fields = [_half_bytes(shp, scale * 16 / (1 << spec(fmt).code_bits), gen, device),
+                  _half_bytes(shp, 8 * scale, gen, device),
+                  _rand_bytes((*shp, group_size * spec(fmt).code_bits // 8), gen, device)]
     elif fmt == "var_affine":
         depths = _var_affine_depths(shp, gen, device)
         qs = _rand_bytes((*shp, 128), gen, device) & _bitstream_mask(32 * depths.sum(-1), 128)
@@ -157,8 +159,9 @@ def reference_dequantize(data: torch.Tensor, fmt: str, N: int, K: int, group_siz
         high = (b[..., 128 + 32 * half + e % 32].long() >> (2 * (e // 32))) & 3
         sc = b[..., 192:208].contiguous().view(torch.int8).double()[..., i // 16]
         y = _f16(b, 208)[..., None] * sc * (low + 16 * high - 32).double()
-    elif fmt == "mlx4":
-        q = ((b[..., 4 + i // 2].long() >> (4 * (i % 2))) & 15).double()
+    elif spec(fmt).family == "mlx":  # element i: bits [B i, B i + B) of the codes after the two halves
+        width = spec(fmt).code_bits
+        q = _bits(b[..., 4:], (i * width).expand(*b.shape[:-1], elems).contiguous(), width).double()
         y = _f16(b, 0)[..., None] * q + _f16(b, 2)[..., None]
     elif fmt == "var_affine":
         depth = b[..., 20:28].long() & 7

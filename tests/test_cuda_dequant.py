@@ -11,12 +11,13 @@ from __future__ import annotations
 import pytest
 import torch
 
+from torch_uqr.formats.table import family
 from cuda_test_helpers import check_close, fresh_seed, poisoned_outputs  # noqa: F401 (fixture)
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 
-FORMATS = [("q4_0", 0), ("q4_1", 0), ("q8_0", 0), ("q4_k", 0), ("mlx4", 32), ("mlx4", 64), ("mlx4", 128),
-           ("var_affine", 0), ("exl3", 0), ("ternary", 0)]
+FORMATS = [("q4_0", 0), ("q4_1", 0), ("q8_0", 0), ("q4_k", 0), ("var_affine", 0), ("exl3", 0), ("ternary", 0)]
+FORMATS += [(f.name, g) for f in family("mlx") for g in f.group_sizes]  # every width of the MLX family
 IDS = [f"{f}{g or ''}" for f, g in FORMATS]
 DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 BITS = {torch.bfloat16: torch.int16, torch.float16: torch.int16, torch.float32: torch.int32}

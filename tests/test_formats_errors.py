@@ -7,8 +7,9 @@ import torch
 
 import torch_uqr as uqr
 from torch_uqr.formats import get, block_geometry
+from torch_uqr.formats.table import format_cases
 
-CASES = [(f, None) for f in uqr.formats() if f != "mlx4"] + [("mlx4", g) for g in (32, 64, 128)]
+CASES = format_cases()
 
 
 def blocks_of(fmt, n_blocks, gen, g=None):

@@ -9,7 +9,8 @@ import pytest
 import torch
 
 import torch_uqr as uqr
-from torch_uqr.formats import NAMES, get, block_geometry
+from torch_uqr.formats import get, block_geometry
+from torch_uqr.formats.table import family, format_cases, spec
 
 
 def f16(b, o):
@@ -85,9 +86,12 @@ def read_q6_k(b, g):
     return out
 
 
-def read_mlx4(b, g):
-    scale, bias = f16(b, 0), f16(b, 2)
-    return [scale * bits(b[4:], 4 * i, 4) + bias for i in range(g)]
+def read_mlx(width):
+    """The MLX family: element i is bits [width i, width i + width) of the codes after two halves."""
+    def read(b, g):
+        scale, bias = f16(b, 0), f16(b, 2)
+        return [scale * bits(b[4:], width * i, width) + bias for i in range(g)]
+    return read
 
 
 def read_var_affine(b, g):
@@ -160,9 +164,10 @@ def read_mxfp4(b, g):
 
 READERS = {"iq4_nl": read_iq4_nl, "iq4_xs": read_iq4_xs, "q3_k": read_q3_k, "q2_k": read_q2_k, "mxfp4": read_mxfp4,
            "q4_0": read_q4_0, "q4_1": read_q4_1, "q8_0": read_q8_0, "q4_k": read_q4_k,
-           "mlx4": read_mlx4, "var_affine": read_var_affine, "exl3": read_exl3, "ternary": read_ternary,
+           **{f.name: read_mlx(f.code_bits) for f in family("mlx")},
+           "var_affine": read_var_affine, "exl3": read_exl3, "ternary": read_ternary,
            "q5_0": read_q5_0_values, "q5_1": read_q5_1, "q6_k": read_q6_k, "q5_k": read_q5_k}
-CASES = [(f, 0) for f in NAMES if f != "mlx4"] + [("mlx4", g) for g in (32, 64, 128)]
+CASES = [(f, g or 0) for f, g in format_cases()]
 
 
 def literal_decode(qt):
@@ -215,7 +220,9 @@ def test_layout_properties(fmt, g):
     assert fmt in repr(qt)
     expected_bpw = {"q4_0": 4.5, "q4_1": 5.0, "q8_0": 8.5, "q4_k": 4.5, "var_affine": 5.0, "exl3": 4.5,
                     "ternary": 3.0, "q5_0": 5.5, "q5_1": 6.0, "q6_k": 6.5625, "q5_k": 5.5,
-                    "iq4_nl": 4.5, "iq4_xs": 4.25, "q3_k": 3.4375, "q2_k": 2.625, "mxfp4": 4.25}.get(fmt, {32: 5.0, 64: 4.5, 128: 4.25}.get(g))
+                    "iq4_nl": 4.5, "iq4_xs": 4.25, "q3_k": 3.4375, "q2_k": 2.625, "mxfp4": 4.25}.get(fmt)
+    if spec(fmt).family == "mlx":  # codes plus 32 bits of scale and bias per group
+        expected_bpw = spec(fmt).code_bits + 32 / g
     assert qt.bits_per_weight == expected_bpw
 
 

@@ -1,6 +1,7 @@
 """``python -m torch_uqr formats`` on a small matrix: every row present, numbers consistent."""
 import torch_uqr as uqr
 from torch_uqr.cli import formats as formats_table
+from torch_uqr.formats.table import format_cases
 
 
 def test_formats_command_prints_every_format(capsys):
@@ -8,7 +9,7 @@ def test_formats_command_prints_every_format(capsys):
     out = capsys.readouterr().out
     rows = [line.split("|")[1:-1] for line in out.splitlines() if line.startswith("| ") and "---" not in line]
     table = {r[0].strip(): [c.strip() for c in r[1:]] for r in rows[1:]}
-    expected = [f for f in uqr.formats() if f != "mlx4"] + [f"mlx4 g={g}" for g in (32, 64, 128)]
+    expected = [f if g is None else f"{f} g={g}" for f, g in format_cases()]
     assert sorted(table) == sorted(expected)
     assert table["q4_0"][0] == "4.50" and table["ternary"][0] == "3.00" and table["mlx4 g=128"][0] == "4.25"
     gauss = {name: float(cells[1]) for name, cells in table.items()}

@@ -8,14 +8,25 @@ import torch
 from safetensors.torch import save_file
 
 import torch_uqr
+from torch_uqr.formats.table import family
 
 
-def _mlx_checkpoint(folder, N=6, K=128, g=32, seed=0, bits=4):
+MLX_BITS = [f.code_bits for f in family("mlx")]
+
+
+def _pack_lsb_first(q: np.ndarray, bits: int) -> np.ndarray:
+    """Codes [N, K] of ``bits`` bits as MLX's uint32 words: element k at bits [bits k, bits k + bits)
+    of the row's little-endian bit stream."""
+    N, K = q.shape
+    stream = ((q[:, :, None] >> np.arange(bits, dtype=np.uint32)) & 1).reshape(N, K * bits).astype(np.uint64)
+    words = stream.reshape(N, -1, 32) << np.arange(32, dtype=np.uint64)
+    return words.sum(-1).astype(np.uint32)
+
+
+def _mlx_checkpoint(folder, N=6, K=128, g=32, seed=0, bits=4, config_bits=None, extra_config=None):
     rng = np.random.default_rng(seed)
-    q = rng.integers(0, 16, size=(N, K), dtype=np.uint32)
-    wq = np.zeros((N, K // 8), dtype=np.uint32)
-    for j in range(8):  # element k sits at bits 4*(k % 8) of word k // 8
-        wq |= q[:, j::8] << np.uint32(4 * j)
+    q = rng.integers(0, 1 << bits, size=(N, K), dtype=np.uint32)
+    wq = _pack_lsb_first(q, bits)
     # negative scales too, as MLX's own quantizer produces them
     scales = rng.uniform(-0.05, 0.05, size=(N, K // g)).astype(np.float16)
     biases = rng.uniform(-0.5, 0.5, size=(N, K // g)).astype(np.float16)
@@ -24,7 +35,8 @@ def _mlx_checkpoint(folder, N=6, K=128, g=32, seed=0, bits=4):
                "layers.0.proj.scales": torch.from_numpy(scales), "layers.0.proj.biases": torch.from_numpy(biases),
                "norm.weight": torch.from_numpy(rng.standard_normal(K).astype(np.float32))}
     save_file(tensors, str(folder / "model.safetensors"))
-    (folder / "config.json").write_text(json.dumps({"quantization": {"group_size": g, "bits": bits}}))
+    quant = {"group_size": g, "bits": bits if config_bits is None else config_bits, **(extra_config or {})}
+    (folder / "config.json").write_text(json.dumps({"quantization": quant}))
     return expect, tensors
 
 
@@ -41,9 +53,29 @@ def test_mlx_triples_become_mlx4_qtensors(tmp_path):
     assert torch_uqr.load_mlx(tmp_path / "model.safetensors")["layers.0.proj.weight"].group_size == 32
 
 
-def test_mlx_rejects_other_bit_widths_and_broken_triples(tmp_path):
-    _mlx_checkpoint(tmp_path, bits=8)
-    with pytest.raises(ValueError, match="8-bit"):
+@pytest.mark.parametrize("bits", MLX_BITS)
+@pytest.mark.parametrize("g", [32, 128])
+def test_mlx_config_bits_pick_the_format(tmp_path, bits, g):
+    expect, _ = _mlx_checkpoint(tmp_path, K=256, g=g, bits=bits, seed=bits)
+    qt = torch_uqr.load_mlx(tmp_path)["layers.0.proj.weight"]
+    assert qt.fmt == f"mlx{bits}" and qt.shape == (6, 256) and qt.group_size == g
+    assert torch.equal(torch_uqr.dequantize(qt), torch.from_numpy(expect))
+
+
+def test_mlx_mixed_precision_config(tmp_path):
+    # mlx_lm's mixed recipes keep a {group_size, bits} entry under the layer's name.
+    expect, _ = _mlx_checkpoint(tmp_path, bits=6, config_bits=4,
+                                extra_config={"layers.0.proj": {"group_size": 32, "bits": 6}})
+    qt = torch_uqr.load_mlx(tmp_path)["layers.0.proj.weight"]
+    assert qt.fmt == "mlx6" and torch.equal(torch_uqr.dequantize(qt), torch.from_numpy(expect))
+
+
+def test_mlx_rejects_wrong_bit_widths_and_broken_triples(tmp_path):
+    _mlx_checkpoint(tmp_path, bits=4, config_bits=8)  # the words are 4-bit codes, the config says 8
+    with pytest.raises(ValueError, match="does not match bits"):
+        torch_uqr.load_mlx(tmp_path)
+    _mlx_checkpoint(tmp_path, bits=4, config_bits=7)
+    with pytest.raises(ValueError, match="bits=7 has no format"):
         torch_uqr.load_mlx(tmp_path)
     _, tensors = _mlx_checkpoint(tmp_path)
     del tensors["layers.0.proj.biases"]

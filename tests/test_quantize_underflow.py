@@ -45,8 +45,11 @@ def test_tiny_weights_either_keep_their_accuracy_or_are_reported(fmt):
     reported = set(warned[0].rows) if warned else set()
     assert worse <= reported, (worse, reported)
     # A ternary row at 1e-7 still has ~7 bits of scale, and mxfp4's power-of-two scale reaches
-    # 2^-127: nothing to report for either.
-    if fmt not in ("ternary", "mxfp4"):
+    # 2^-127: nothing to report for either. mlx2's and mlx3's few levels put their step near
+    # 1e-7, where a subnormal fp16 scale costs little next to their own error (mlx2: relative
+    # error ~0.37 against ~0.35, mlx3 ~0.19-0.27 against ~0.17): only some rows, or none, cross the
+    # threshold, and the check above (every clearly worse row is named) is what holds for them.
+    if fmt not in ("ternary", "mxfp4", "mlx2", "mlx3"):
         assert reported == set(range(16)) and "fp16" in str(warned[0])
     elif fmt == "mxfp4":
         assert not warned

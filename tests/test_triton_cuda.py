@@ -13,6 +13,7 @@ import torch
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 
 from torch_uqr.formats.table import NAMES as FORMATS
+from torch_uqr.formats.table import spec
 
 # bf16 operands round every weight to 8 bits of mantissa; fp32 x may run as tf32 (10 bits) where
 # torch.get_float32_matmul_precision() allows it.
@@ -39,7 +40,7 @@ def _check(y: torch.Tensor, ref: torch.Tensor, dtype: torch.dtype, what: str) ->
 def test_cuda_all_m_buckets(fmt: str, dtype: torch.dtype) -> None:
     from torch_uqr.backends.cuda.dispatch import gemm_cuda_route
     from packed_reference import random_packed, reference_dequantize
-    g = 64 if fmt == "mlx4" else 0
+    g = spec(fmt).default_group_size
     N, K = 200, 1280
     w = random_packed(fmt, N, K, g, seed=int.from_bytes(os.urandom(3), "little"), device="cuda")
     wref = reference_dequantize(w, fmt, N, K, g)
@@ -62,7 +63,7 @@ def test_cuda_fp32_follows_matmul_precision(fmt: str) -> None:
     and may use tf32 under "high", as torch.matmul does."""
     from torch_uqr.backends.cuda.dispatch import gemm_cuda_route
     from packed_reference import random_packed, reference_dequantize
-    g = 64 if fmt == "mlx4" else 0
+    g = spec(fmt).default_group_size
     N, K = 200, 1280
     w = random_packed(fmt, N, K, g, seed=int.from_bytes(os.urandom(3), "little"), device="cuda")
     wref = reference_dequantize(w, fmt, N, K, g)

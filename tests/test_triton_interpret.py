@@ -35,7 +35,7 @@ def _cases(fmt: str) -> list[dict]:
     from torch_uqr.backends.cuda.configs import GemmConfig, VecConfig
     small = GemmConfig(BN=16, BM=16, NS=2, SPLIT_K=3)   # several K tiles in splits of 2, last short
     large = GemmConfig(BN=32, BM=32, NS=4, SPLIT_K=1)
-    K = 192 if fmt == "mlx4" else max(160, spec(fmt).block)  # 5 blocks of 32, or one of 256
+    K = 192 if spec(fmt).grouped else max(160, spec(fmt).block)  # 5 blocks of 32, or one of 256
     cases = [
         dict(dtype="bfloat16", lead=(2,), M=3, N=24, K=K, cfg=small),
         dict(dtype="float16", lead=(), M=40, N=40, K=K, cfg=large, out_heads=4),             # direct-head y
@@ -62,7 +62,7 @@ def run_format(fmt: str) -> None:
 
     gen = torch.Generator().manual_seed(int.from_bytes(os.urandom(4), "little"))
     seed = int(torch.randint(0, 2**31 - 1, (1,), generator=gen))
-    groups = (32, 64, 128) if fmt == "mlx4" else (0,)
+    groups = spec(fmt).group_sizes or (0,)
     for g in groups:  # decoders vs the float64 reference (2 super-blocks per row)
         w = random_packed(fmt, 7, 512, g, seed=seed)
         got = dequantize_triton(w, fmt, 7, 512, g).double()
@@ -74,7 +74,7 @@ def run_format(fmt: str) -> None:
     from torch_uqr.ops import poison_outputs
     poison_outputs(True)  # this subprocess only
     for i, c in enumerate(_cases(fmt)):
-        g = 64 if fmt == "mlx4" else 0
+        g = spec(fmt).default_group_size
         N, K, M = c["N"], c["K"], c["M"]
         w = random_packed(fmt, N, K, g, seed=seed + i)
         wref = reference_dequantize(w, fmt, N, K, g)
@@ -116,7 +116,7 @@ def check_invalid_bytes_and_nan(fmt: str, seed: int) -> None:
     from packed_reference import random_packed
     gen = torch.Generator().manual_seed(seed)
     N, K = 6, 512
-    g = 64 if fmt == "mlx4" else 0
+    g = spec(fmt).default_group_size
     w = random_packed(fmt, N, K, g, seed=seed)
     if fmt in ("var_affine", "ternary") and uqr.ops.op_available():
         blocks = w.view(-1, 160 if fmt == "var_affine" else 12)
@@ -203,8 +203,8 @@ def test_reference_agrees_with_formats_package(fmt: str) -> None:
     if not callable(getattr(uqr, "quantize", None)):
         pytest.skip("torch_uqr.quantize is not available")
     w = torch.randn(6, 512)
-    qt = uqr.quantize(w, fmt, **({"group_size": 64} if fmt == "mlx4" else {}))
-    g = qt.group_size if fmt == "mlx4" else 0
+    qt = uqr.quantize(w, fmt)
+    g = qt.group_size
     assert block_geometry(fmt, g) == (qt.block_size, qt.block_bytes)
     ours = reference_dequantize(qt.data, fmt, 6, 512, g)
     theirs = uqr.dequantize(qt).double()

@@ -1,6 +1,6 @@
 """Lossless import/export between other libraries' tensors and our blocks.
 
-* MLX affine 4-bit (``wq`` uint32, ``scales``, ``biases``) <-> ``mlx4``;
+* MLX affine, every bit width (``wq`` uint32, ``scales``, ``biases``) <-> ``mlx2`` ... ``mlx8``;
 * Hugging Face BitNet packed ternary weights (+ ``weight_scale``) -> ``ternary``;
 * GGUF ``TQ1_0`` / ``TQ2_0`` tensors -> ``ternary``.
 """
@@ -12,7 +12,7 @@ from typing import Sequence
 import numpy as np
 import torch
 
-from .formats import mlx4, ternary
+from .formats import table, ternary
 from .formats._bytes import read_f16
 from .formats._checks import require_finite_f16
 from .qtensor import QTensor, QuantizationWarning, as_uint8_tensor
@@ -37,7 +37,7 @@ def _to_numpy(a, name: str) -> np.ndarray:
     raise ValueError(f"{name} must be a numpy, torch or mlx array, got {type(a).__name__}")
 
 
-def _exact_f16(values: np.ndarray, name: str) -> np.ndarray:
+def _exact_f16(values: np.ndarray, name: str, fmt: str) -> np.ndarray:
     """``values`` as fp16, or a ValueError if any of them is not exactly representable."""
     v = values.astype(np.float32)
     with np.errstate(over="ignore"):
@@ -46,51 +46,86 @@ def _exact_f16(values: np.ndarray, name: str) -> np.ndarray:
     if lossy.any():
         i = np.unravel_index(int(np.argmax(lossy)), v.shape)
         raise ValueError(f"{name}[{', '.join(map(str, i))}] = {v[i]!r} cannot be stored exactly as fp16 "
-                         f"(mlx4 keeps fp16 scales and biases; converting would change the weights)")
+                         f"({fmt} keeps fp16 scales and biases; converting would change the weights)")
     return h
 
 
-def from_mlx(wq, scales, biases, group_size: int = 64) -> QTensor:
-    """MLX 4-bit affine arrays -> ``QTensor("mlx4")``, a pure repack (no value changes).
+def _mlx_geometry(words: int, groups: int, group_size: int | None, bits: int | None) -> tuple[int, int]:
+    """(group size, bits) of an MLX weight with ``words`` uint32 words and ``groups`` groups per row.
 
-    wq: uint32 ``[N, K/8]``; scales, biases: ``[N, K/g]`` (fp16, or any dtype whose values fp16
-    holds exactly; anything else raises ``ValueError``). Negative scales are fine.
+    A row holds ``groups * group_size * bits / 32`` words, so one of the two follows from the other;
+    with neither, the group size is MLX's default (64), as in ``mx.quantize``.
     """
-    g, block_bytes = mlx4.block_geometry(group_size)
+    if group_size is None and bits is None:
+        group_size = 64
+    if bits is None:
+        if (32 * words) % (groups * group_size):
+            raise ValueError(f"wq has {words} words per row, not a whole number of bits per weight for "
+                             f"{groups} groups of {group_size}; pass bits=")
+        bits = 32 * words // (groups * group_size)
+    row = table.mlx_format(bits)  # raises for a width MLX has but torch-uqr lacks, or a wrong shape
+    if group_size is None:
+        if (32 * words) % (groups * bits):
+            raise ValueError(f"wq has {words} words per row, not whole groups of {bits}-bit codes for {groups} groups")
+        group_size = 32 * words // (groups * bits)
+    row.block_geometry(group_size)  # raises on a group size the format lacks
+    if words * 32 != groups * group_size * bits:
+        raise ValueError(f"wq has {words} words per row but {groups} groups of {group_size} {bits}-bit codes "
+                         f"need {groups * group_size * bits // 32}: the shape does not match bits/group_size")
+    return group_size, bits
+
+
+def from_mlx(wq, scales, biases, group_size: int | None = None, bits: int | None = None) -> QTensor:
+    """MLX affine arrays (``mx.quantize(w, group_size, bits)``) -> ``QTensor("mlx<bits>")``, a pure
+    repack (no value changes).
+
+    wq: uint32 ``[N, K * bits / 32]``; scales, biases: ``[N, K/g]`` (fp16, or any dtype whose values
+    fp16 holds exactly; anything else raises ``ValueError``). Negative scales are fine. ``bits`` and
+    ``group_size`` are MLX's arguments of the same names; either one follows from the shapes and the
+    other (neither: group size 64, MLX's default), so the weight's bit width need not be known.
+    """
     wq = _to_numpy(wq, "wq")
     sc = _to_numpy(scales, "scales")
     bi = _to_numpy(biases, "biases")
     if wq.dtype != np.uint32 or wq.ndim != 2:
-        raise ValueError(f"wq must be a 2-D uint32 array [N, K/8], got {wq.dtype} with shape {wq.shape}")
-    N, K = wq.shape[0], wq.shape[1] * 8
-    if N < 1 or K < 1:
+        raise ValueError(f"wq must be a 2-D uint32 array [N, K * bits / 32], got {wq.dtype} with shape {wq.shape}")
+    N, words = wq.shape
+    if N < 1 or words < 1:
         raise ValueError(f"wq must have at least one row and one word, got shape {wq.shape} (an empty tensor)")
-    if K % g:
-        raise ValueError(f"mlx4: K={K} (from wq's {wq.shape[1]} words) is not a multiple of group_size {g}")
-    for name, a in (("scales", sc), ("biases", bi)):
-        if a.shape != (N, K // g):
-            raise ValueError(f"{name} must have shape (N, K/group_size) = {(N, K // g)}, got {a.shape}")
-    sc16 = _exact_f16(sc, "scales")
-    bi16 = _exact_f16(bi, "biases")
+    if sc.ndim != 2 or sc.shape[0] != N or sc.shape[1] < 1:
+        raise ValueError(f"scales must have shape (N, K/group_size) with N = {N}, got {sc.shape}")
+    if bi.shape != sc.shape:
+        raise ValueError(f"biases must have the shape of scales {sc.shape}, got {bi.shape}")
+    g, bits = _mlx_geometry(words, sc.shape[1], group_size, bits)
+    fmt = f"mlx{bits}"
+    K = sc.shape[1] * g
+    sc16 = _exact_f16(sc, "scales", fmt)
+    bi16 = _exact_f16(bi, "biases", fmt)
     for name, a in (("scales", sc16), ("biases", bi16)):
         if not np.isfinite(a).all():
-            raise ValueError(f"mlx4: {name} contain NaN or Inf")
-    # uint32 words are little-endian, so their bytes are already MLX's LSB-first nibble stream.
-    qs = np.ascontiguousarray(wq.astype("<u4")).view(np.uint8).reshape(N, K // g, g // 2)
+            raise ValueError(f"{fmt}: {name} contain NaN or Inf")
+    # uint32 words are little-endian, so their bytes are already MLX's LSB-first code stream; a
+    # group's g * bits / 8 bytes are whole words (g is a multiple of 32).
+    code_bytes = g * bits // 8
+    qs = np.ascontiguousarray(wq.astype("<u4")).view(np.uint8).reshape(N, K // g, code_bytes)
     blocks = np.concatenate([sc16.reshape(N, -1, 1).view(np.uint8).reshape(N, -1, 2),
                              bi16.reshape(N, -1, 1).view(np.uint8).reshape(N, -1, 2), qs], axis=2)
-    return QTensor(torch.from_numpy(blocks.reshape(N, -1 if N else block_bytes)), "mlx4", (N, K), g)
+    return QTensor(torch.from_numpy(blocks.reshape(N, -1)), fmt, (N, K), g)
 
 
 def to_mlx(qt: QTensor) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """``QTensor("mlx4")`` -> MLX's ``(wq uint32 [N, K/8], scales fp16 [N, K/g], biases fp16 [N, K/g])``."""
-    if not isinstance(qt, QTensor) or qt.fmt != "mlx4":
-        raise ValueError(f"to_mlx needs an mlx4 QTensor, got {qt!r}")
+    """``QTensor("mlx<bits>")`` -> MLX's ``(wq uint32 [N, K * bits / 32], scales fp16 [N, K/g],
+    biases fp16 [N, K/g])``, for ``mx.dequantize`` / ``mx.quantized_matmul`` with
+    ``group_size=qt.group_size, bits=<bits>``."""
+    if not isinstance(qt, QTensor) or table.spec(qt.fmt).family != "mlx":
+        names = ", ".join(f.name for f in table.family("mlx"))
+        raise ValueError(f"to_mlx needs a QTensor of an MLX format ({names}), got {qt!r}")
     N, K, g = qt.N, qt.K, qt.group_size
-    blocks = qt.data.detach().cpu().numpy().reshape(N, K // g, 4 + g // 2)
+    bits = table.spec(qt.fmt).code_bits
+    blocks = qt.data.detach().cpu().numpy().reshape(N, K // g, 4 + g * bits // 8)
     scales = np.ascontiguousarray(blocks[:, :, 0:2]).view(np.float16).reshape(N, K // g)
     biases = np.ascontiguousarray(blocks[:, :, 2:4]).view(np.float16).reshape(N, K // g)
-    wq = np.ascontiguousarray(blocks[:, :, 4:]).reshape(N, K // 2).view("<u4").astype(np.uint32)
+    wq = np.ascontiguousarray(blocks[:, :, 4:]).reshape(N, K * bits // 8).view("<u4").astype(np.uint32)
     return wq, scales, biases
 
 

@@ -8,7 +8,7 @@ layer, one after the vocabulary-parallel embedding and one all-gather of the log
   valid. q/k/v are split at key/value-head groups, so each shard writes its own heads directly
   (``out_heads``) and attention runs on local heads only.
 * Row-parallel (split K, the input features): a split must fall on a block boundary of the
-  weight's format (a super-block for q4_k, a group for mlx4: ``table.spec(fmt).block_geometry``);
+  weight's format (a super-block for q4_k, a group for the MLX family: ``table.spec(fmt).block_geometry``);
   a split that cuts a block is refused, naming the nearest valid split. The partial outputs are
   summed with an all-reduce, then the bias is added once.
 * The token embedding is split over the vocabulary (each rank looks up the ids it holds, the

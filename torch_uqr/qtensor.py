@@ -132,7 +132,7 @@ class QTensor:
 
     @property
     def block_size(self) -> int:
-        """Weights per block: 32, 256, or mlx4's group size."""
+        """Weights per block: 32, 256, or an MLX-family format's group size."""
         return _formats.block_geometry(self.fmt, self.group_size or None)[0]
 
     @property
@@ -234,7 +234,7 @@ def _underflow_report(module, w: torch.Tensor, data: torch.Tensor, g: int, candi
 def quantize(w: torch.Tensor, fmt: str, group_size: int | None = None) -> QTensor:
     """Quantize a float weight matrix ``w`` ``[N, K]`` into ``fmt``; the data stays on ``w``'s device.
 
-    ``group_size`` is for mlx4 only (32, 64 or 128; default 64). Raises ``ValueError`` for an
+    ``group_size`` is for the MLX family (mlx2 ... mlx8) only (32, 64 or 128; default 64). Raises ``ValueError`` for an
     unknown format, a non-2-D or non-float ``w``, K not a multiple of the block size, NaN/Inf
     weights, or weights too large for the format's fp16 scales. Weights too *small* for them
     (rows whose scales underflow fp16's normal range and whose error is clearly worse for it)

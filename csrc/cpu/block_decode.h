@@ -9,10 +9,14 @@
 // decoders written on cpu_simd.h's vector helpers (AVX2, NEON or the portable array); ternary and
 // exl3 go through the shared scalar uqr_decode8_* of uqr/formats.h. The newer GGUF formats (q5_0,
 // q5_1, q5_k, q6_k, q3_k, q2_k, iq4_nl, iq4_xs, mxfp4) have one decoder each on the vector helpers
-// for every ISA. The tests hold each of them bit-equal to the Python reference decoder
+// for every ISA, and so do the MLX family's other widths (MlxBitsDecoder, one for all of them).
+// The tests hold each of them bit-equal to the Python reference decoder
 // (tests/test_cpu_decode_exact.py).
 #pragma once
 #include <c10/util/Exception.h>
+
+#include <cstring>
+#include <type_traits>
 
 #include "cpu_simd.h"
 #include "uqr/formats.h"
@@ -36,8 +40,31 @@ struct GenericDecoder {
   }
 };
 
+// The MLX family's bitstream widths (mlx2/3/5/6/8), every ISA: a chunk of 8 codes is exactly B
+// bytes from byte B chunk, so one little-endian load of those bytes holds all 8 and shifts split
+// them (uqr_decode8_mlx_bits reads byte by byte). scale q + bias: the product is exact, so a
+// contracted FMA rounds the same as the reference.
+template <int FMT, int G>
+struct MlxBitsDecoder : GenericDecoder<FMT, G> {
+  static constexpr int kBits = uqr_code_bits(FMT);
+  static_assert(kBits > 0 && kBits <= 8, "an MLX-family width");
+  static inline void decode(const uint8_t* blk, vf* out) {
+    const float s = load_half(blk), b = load_half(blk + 2);
+    alignas(64) float tmp[G];
+    for (int c = 0; c < G / 8; ++c) {
+      uint64_t v = 0;
+      std::memcpy(&v, blk + 4 + kBits * c, kBits);  // the host is little-endian (x86-64, aarch64)
+      for (int i = 0; i < 8; ++i)
+        tmp[8 * c + i] = static_cast<float>((v >> (kBits * i)) & ((1u << kBits) - 1u)) * s + b;
+    }
+    for (int v = 0; v < G / kLanes; ++v) out[v] = vload(tmp + kLanes * v);
+  }
+};
+
+// Grouped formats (mlx4 has its own nibble decoders below) take MlxBitsDecoder, the others the
+// shared scalar decoder unless specialized below.
 template <int FMT, int G = 0>
-struct BlockDecoder : GenericDecoder<FMT, G> {};
+struct BlockDecoder : std::conditional_t<(uqr_code_bits(FMT) > 0), MlxBitsDecoder<FMT, G>, GenericDecoder<FMT, G>> {};
 
 #if UQR_CPU_AVX512
 
@@ -515,7 +542,7 @@ struct Tag {
   using type = T;
 };
 
-// Calls f(Tag<Decoder>{}) with the decoder of `fmt` (mlx4: of group size g), so format dispatch
+// Calls f(Tag<Decoder>{}) with the decoder of `fmt` (a grouped format: of group size g), so format dispatch
 // happens once per call and the hot loops are compiled per format (C++17: a generic lambda
 // recovers the type with `typename decltype(tag)::type`).
 template <class F>
@@ -524,13 +551,12 @@ inline void with_decoder(int fmt, int g, F&& f) {
   case id: f(Tag<BlockDecoder<id>>{}); return;
   switch (fmt) {
     UQR_FIXED_BLOCK_LIST(UQR_DECODER_CASE)
-    case UQR_MLX4:
-      if (g == 32) f(Tag<BlockDecoder<UQR_MLX4, 32>>{});
-      else if (g == 64) f(Tag<BlockDecoder<UQR_MLX4, 64>>{});
-      else f(Tag<BlockDecoder<UQR_MLX4, 128>>{});
-      return;
   }
 #undef UQR_DECODER_CASE
+#define UQR_GROUPED_DECODER_CASE(id, G) \
+  if (fmt == id && g == G) { f(Tag<BlockDecoder<id, G>>{}); return; }
+  UQR_GROUPED_CASES(UQR_GROUPED_DECODER_CASE)
+#undef UQR_GROUPED_DECODER_CASE
   TORCH_INTERNAL_ASSERT(false, "uqr: no CPU decoder for format id ", fmt);
 }
 

@@ -5,6 +5,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <limits>
+#include <string>
+#include <vector>
 
 #include "uqr/check.h"
 #include "uqr/formats.h"
@@ -95,9 +97,15 @@ int block_elems(int fmt, int64_t group_size) { return uqr_block_elems(fmt, stati
 int block_bytes(int fmt, int64_t group_size) { return uqr_block_bytes(fmt, static_cast<int>(group_size)); }
 
 void check_group_size(const char* op, int fmt, c10::string_view fmt_name, int64_t group_size) {
-  if (fmt == UQR_MLX4) {
-    UQR_CHECK_ARG(group_size == 32 || group_size == 64 || group_size == 128, op,
-              ": group_size: mlx4 needs 32, 64 or 128, got ", group_size);
+  if (uqr_code_bits(fmt)) {
+    if (group_size > 0 && group_size <= INT32_MAX && uqr_group_size_ok(fmt, static_cast<int>(group_size))) return;
+    std::vector<int> sizes;  // the format's group sizes, from the table, for the message
+    for (int g = 1; g <= 4096; g *= 2)
+      if (uqr_group_size_ok(fmt, g)) sizes.push_back(g);
+    std::string text;
+    for (size_t i = 0; i < sizes.size(); ++i)
+      text += (i == 0 ? "" : i + 1 == sizes.size() ? " or " : ", ") + std::to_string(sizes[i]);
+    UQR_CHECK_ARG(false, op, ": group_size: ", std::string(fmt_name), " needs ", text, ", got ", group_size);
   } else {
     UQR_CHECK_ARG(group_size == 0 || group_size == block_elems(fmt, 0), op, ": group_size: ", std::string(fmt_name),
               " has a fixed block, pass 0 (got ", group_size, ")");

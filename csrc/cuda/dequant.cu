@@ -123,17 +123,17 @@ cudaError_t dequant_cuda(const uint8_t* w, int64_t w_row_stride, int fmt, int gr
                          void* out, DenseType type, cudaStream_t stream) {
   if (N < 1 || N > INT32_MAX || K < 1 || K > dequant_max_k() || reinterpret_cast<uintptr_t>(out) % 16)
     return cudaErrorInvalidValue;
-  if (fmt == UQR_MLX4 && group_size != 32 && group_size != 64 && group_size != 128) return cudaErrorInvalidValue;
+  if (uqr_code_bits(fmt) && !uqr_group_size_ok(fmt, group_size)) return cudaErrorInvalidValue;
   if (K % uqr_block_elems(fmt, group_size)) return cudaErrorInvalidValue;
+#define UQR_DEQUANT_GROUPED_CASE(id, G) \
+  if (fmt == id && group_size == G) return launch_type<id, G>(w, w_row_stride, N, K, out, type, stream);
+  UQR_GROUPED_CASES(UQR_DEQUANT_GROUPED_CASE)
+#undef UQR_DEQUANT_GROUPED_CASE
   switch (fmt) {
 #define UQR_DEQUANT_CASE(id, name) \
   case id: return launch_type<id, 0>(w, w_row_stride, N, K, out, type, stream);
     UQR_FIXED_BLOCK_LIST(UQR_DEQUANT_CASE)
 #undef UQR_DEQUANT_CASE
-    case UQR_MLX4:
-      if (group_size == 32) return launch_type<UQR_MLX4, 32>(w, w_row_stride, N, K, out, type, stream);
-      if (group_size == 64) return launch_type<UQR_MLX4, 64>(w, w_row_stride, N, K, out, type, stream);
-      return launch_type<UQR_MLX4, 128>(w, w_row_stride, N, K, out, type, stream);
     default: return cudaErrorInvalidValue;
   }
 }

@@ -11,7 +11,7 @@ namespace cuda {
 
 enum class DenseType { kBF16 = 0, kF16 = 1, kF32 = 2 };
 
-// Writes out[n * K + k] (n < N, k < K) for the uqr_format `fmt` (mlx4: group_size 32/64/128),
+// Writes out[n * K + k] (n < N, k < K) for the uqr_format `fmt` (an MLX-family format: group_size 32/64/128),
 // weight row n at w + n * w_row_stride (any stride and base address: rows are staged bytewise at
 // their edges). out must be 16-byte aligned. Returns cudaErrorInvalidValue for an unsupported call
 // (the glue checks every argument first, with messages).

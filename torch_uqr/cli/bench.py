@@ -17,7 +17,7 @@ second row at M <= ``INT8_MAX_M`` beside "auto": its error column is a few 1e-3 
 to int8 per 32 elements, q4_k / var_affine / exl3 per 256, mlx4 per group), not a kernel defect. ``--device cuda`` hands over to ``torch_uqr.cli.bench_cuda``, ``--tp N`` to ``torch_uqr.cli.tp`` (tensor parallel, under torchrun), ``--model FILE.gguf`` to ``torch_uqr.cli.bench_model`` (a whole model's prefill and decode tok/s against transformers and llama.cpp). On ``--device mps``
 a second table times, in the same run, the peers a Mac user would otherwise reach for: torch's own
 fp16 matmul on dense weights and, when ``mlx`` is importable, MLX's ``mx.quantized_matmul`` (4-bit,
-the row's mlx4 group size, else 64) at the same shape and M.
+the row's group size for an MLX-family format, else 64) at the same shape and M.
 """
 from __future__ import annotations
 
@@ -171,13 +171,13 @@ def parse_shapes(text: str) -> list[tuple[int, int]]:
 
 
 def parse_formats(text: str) -> list[tuple[str, int]]:
-    """``q4_0,mlx4:32`` -> [(fmt, group_size)] (group size only for mlx4)."""
+    """``q4_0,mlx4:32`` -> [(fmt, group_size)] (group size only for a grouped format, default its table default)."""
     out = []
     for item in text.split(","):
         fmt, _, g = item.partition(":")
         if fmt not in ops.FORMATS:
             raise SystemExit(f"--formats: unknown format {fmt!r}; expected some of {', '.join(ops.FORMATS)}")
-        out.append((fmt, int(g) if g else (MLX4_DEFAULT_GROUP if fmt == "mlx4" else 0)))
+        out.append((fmt, int(g) if g else fmt_table.BY_NAME[fmt].default_group_size))
     return out
 
 
@@ -186,7 +186,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda", "mps"],
                    help="auto: cuda if present, else mps, else cpu")
     p.add_argument("--formats", default=",".join(DEFAULT_FORMATS),
-                   help="comma list; mlx4:G picks the group size (default mlx4 = mlx4:64)")
+                   help="comma list; FMT:G picks an MLX-family format's group size (default mlx4 = mlx4:64)")
     p.add_argument("--M", default="1,16,128,512", help="comma list of activation rows")
     p.add_argument("--shapes", default="4096x4096", help="comma list of NxK weight shapes")
     p.add_argument("--reps", type=int, default=0, help="repetitions per timing (default: by M)")
@@ -258,7 +258,7 @@ def bench_one(fmt: str, g: int, N: int, K: int, Ms: list[int], args, device: tor
             dense_ms, dense_cpu = median_wall_cpu_ms(lambda i: xd @ dense_copies[i % len(dense_copies)].T, reps, device)
         f16_ms = mlx_ms = mlx_g = None
         if device.type == "mps" and not args.no_baseline:
-            mlx_g = g if fmt == "mlx4" else MLX4_DEFAULT_GROUP
+            mlx_g = g or MLX4_DEFAULT_GROUP
             if dtype == torch.float16:
                 f16_ms = dense_ms
             else:
@@ -288,7 +288,7 @@ def format_table(rows: list[Row]) -> str:
             "| x faster | dense matmul ms (x dtype) | dense cpu ms | llama.cpp ms |")
     lines = [head, "|" + "---|" * 14]
     for r in rows:
-        name = f"{r.fmt}:{r.group_size}" if r.fmt == "mlx4" else r.fmt
+        name = f"{r.fmt}:{r.group_size}" if r.group_size and fmt_table.BY_NAME[r.fmt].grouped else r.fmt
         lines.append(f"| {name} | {r.path} | {r.N}x{r.K} | {r.M} | {r.ms:.3f} | {f(r.cpu_ms, '.3f')} | "
                      f"{f(r.read_floor_ms, '.3f')} | {r.gflops:.1f} | "
                      f"{r.max_rel_err:.1e} | {f(r.deq_matmul_ms, '.2f')} | {f(r.speedup_vs_deq_matmul, '.1f')} | "
@@ -303,7 +303,7 @@ def format_mps_peers(rows: list[Row]) -> str:
     lines = ["| format | path | N x K | M | uqr ms | torch fp16 matmul ms | mlx q4 ms (group) | uqr / mlx |",
              "|" + "---|" * 8]
     for r in rows:
-        name = f"{r.fmt}:{r.group_size}" if r.fmt == "mlx4" else r.fmt
+        name = f"{r.fmt}:{r.group_size}" if r.group_size and fmt_table.BY_NAME[r.fmt].grouped else r.fmt
         mlx = f"{r.mlx_ms:.3f} (g{r.mlx_group_size})" if r.mlx_ms is not None else "-"
         ratio = r.ms / r.mlx_ms if r.mlx_ms else None
         lines.append(f"| {name} | {r.path} | {r.N}x{r.K} | {r.M} | {r.ms:.3f} | {f(r.torch_f16_ms, '.3f')} | "

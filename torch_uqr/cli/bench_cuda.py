@@ -194,7 +194,7 @@ def bench_shape(N: int, K: int, Ms, formats, reps: int, l2: int, rows: list) -> 
     torch.cuda.empty_cache()
 
     for fmt in formats:
-        g = MLX4_GROUP if fmt == "mlx4" else 0
+        g = MLX4_GROUP if format_table.spec(fmt).grouped else 0
         elems, nbytes = block_geometry(fmt, g)
         wbytes = N * (K // elems) * nbytes
         n_sets = _n_sets(wbytes, l2)

@@ -34,7 +34,7 @@ def parse_args(argv):
                         "head; the token embedding is never re-quantized)")
     p.add_argument("--fallback", default="pad",
                    help="for --fmt layers whose K is not a multiple of the block: a format, 'pad' or 'error'")
-    p.add_argument("--group-size", type=int, default=None, help="mlx4 group size (32/64/128)")
+    p.add_argument("--group-size", type=int, default=None, help="group size of an MLX-family format (32/64/128)")
     p.add_argument("--device", default="cpu")
     p.add_argument("--dtype", default="float32", choices=["float32", "float16", "bfloat16"])
     p.add_argument("--raw", action="store_true", help="do not wrap the prompt in the chat template")

@@ -4,7 +4,7 @@ format table (``table.py``).
 Each module defines ``NAME``, ``BLOCK`` (elements per block), ``BLOCK_BYTES`` and
 ``quantize(w, group_size)``, ``decode(data, N, K, group_size)``, ``validate(data, N, K, group_size)``
 and ``random_blocks(N, K, generator, group_size)``. ``group_size`` only means something for a
-grouped format (``mlx4``, whose block is one group); the other formats take 0.
+grouped format (the MLX family ``mlx2`` ... ``mlx8``, whose block is one group); the other formats take 0.
 """
 from __future__ import annotations
 

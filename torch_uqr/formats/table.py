@@ -19,7 +19,7 @@ import sys
 from dataclasses import dataclass, field
 
 __all__ = ["FormatSpec", "TABLE", "BY_NAME", "NAMES", "PATHS", "BACKENDS", "spec", "names_with_path",
-           "format_cases", "quoted_names", "render_c_header", "C_HEADER"]
+           "format_cases", "family", "mlx_format", "MLX_GROUP_SIZES", "quoted_names", "render_c_header", "C_HEADER"]
 
 #: Backends of the operator: CPU kernels, CUDA kernels, Metal shaders (MPS, and the CPU emulator).
 BACKENDS: tuple[str, ...] = ("cpu", "cuda", "metal")
@@ -42,6 +42,11 @@ class FormatSpec:
         default_group_size: the group size used when the caller gives none.
         code_bits: bits per weight code of a grouped format (its block is a fixed header, then
             ``group_size * code_bits / 8`` bytes of codes).
+        family: the name shared by formats whose layout differs only in ``code_bits`` ("mlx": MLX's
+            affine quantization, half scale + half bias + an LSB-first bitstream of codes); code
+            that handles a family reads the bit width from the row, never from a list of names.
+        cuda_qmma: the CUDA tensor-core kernels (``qmma_*``, csrc/cuda/qmma_traits.cuh) have a slot
+            for it; without one, CUDA runs it through the Triton and decode-to-dense paths.
         extra_paths: path name -> backends that have it, beyond "auto" and "mma".
         gguf_type: the ggml type name whose blocks are this format byte for byte, if any.
     """
@@ -53,6 +58,8 @@ class FormatSpec:
     group_sizes: tuple[int, ...] = ()
     default_group_size: int = 0
     code_bits: int = 0
+    family: str = ""
+    cuda_qmma: bool = True
     extra_paths: dict[str, tuple[str, ...]] = field(default_factory=dict)
     gguf_type: str | None = None
 
@@ -81,14 +88,22 @@ class FormatSpec:
 
 
 _INT8 = {"int8": ("cpu", "cuda")}
+#: MLX's group sizes (``mx.quantize(..., group_size=)``); 64 is its default.
+MLX_GROUP_SIZES = (32, 64, 128)
+
+
+def _mlx(bits: int, id: int, **kw) -> FormatSpec:
+    """A row of the MLX affine family: ``half scale; half bias; codes[g * bits / 8]`` per group."""
+    return FormatSpec(f"mlx{bits}", id, 64, 4 + 64 * bits // 8, f"MLX affine {bits}-bit", group_sizes=MLX_GROUP_SIZES,
+                      default_group_size=64, code_bits=bits, family="mlx", **kw)
+
 
 TABLE: tuple[FormatSpec, ...] = (
     FormatSpec("q4_0", 0, 32, 18, "GGUF Q4_0", extra_paths=_INT8, gguf_type="Q4_0"),
     FormatSpec("q4_1", 1, 32, 20, "GGUF Q4_1", gguf_type="Q4_1"),
     FormatSpec("q8_0", 2, 32, 34, "GGUF Q8_0", gguf_type="Q8_0"),
     FormatSpec("q4_k", 3, 256, 144, "GGUF Q4_K", extra_paths=_INT8, gguf_type="Q4_K"),
-    FormatSpec("mlx4", 4, 64, 36, "MLX affine 4-bit", group_sizes=(32, 64, 128), default_group_size=64,
-               code_bits=4, extra_paths=_INT8),
+    _mlx(4, 4, extra_paths=_INT8),
     FormatSpec("var_affine", 5, 256, 160, "EXL2-style variable bit width", extra_paths=_INT8),
     FormatSpec("exl3", 6, 256, 144, "EXL3-style codebook", extra_paths=_INT8),
     FormatSpec("ternary", 7, 32, 12, "BitNet b1.58 ternary",
@@ -102,10 +117,30 @@ TABLE: tuple[FormatSpec, ...] = (
     FormatSpec("q3_k", 14, 256, 110, "GGUF Q3_K", gguf_type="Q3_K"),
     FormatSpec("q2_k", 15, 256, 84, "GGUF Q2_K", gguf_type="Q2_K"),
     FormatSpec("mxfp4", 16, 32, 17, "GGUF MXFP4", gguf_type="MXFP4"),
+    # The other MLX bit widths: decoded through the shared bitstream decoder on CPU, Metal and CUDA
+    # (Triton, decode-to-dense); the tensor-core kernels' traits are mlx4's nibble layout only.
+    _mlx(2, 17, cuda_qmma=False),
+    _mlx(3, 18, cuda_qmma=False),
+    _mlx(5, 19, cuda_qmma=False),
+    _mlx(6, 20, cuda_qmma=False),
+    _mlx(8, 21, cuda_qmma=False),
 )
 
 BY_NAME: dict[str, FormatSpec] = {f.name: f for f in TABLE}
 NAMES: tuple[str, ...] = tuple(BY_NAME)
+
+
+def family(name: str) -> tuple[FormatSpec, ...]:
+    """The rows of family ``name`` (e.g. "mlx"), in table order."""
+    return tuple(f for f in TABLE if f.family == name)
+
+
+def mlx_format(bits: int) -> FormatSpec:
+    """The MLX-family row whose codes have ``bits`` bits; ``ValueError`` naming the widths otherwise."""
+    for f in family("mlx"):
+        if f.code_bits == bits:
+            return f
+    raise ValueError(f"MLX bits={bits!r} has no format; expected one of {sorted(f.code_bits for f in family('mlx'))}")
 
 
 def spec(fmt: str) -> FormatSpec:
@@ -142,6 +177,11 @@ def _check_table() -> None:
         if f.grouped:
             assert f.default_group_size in f.group_sizes and f.block == f.default_group_size
             assert f.code_bits and f.header_bytes > 0
+            # Every group size is a whole number of 8-code chunks of whole bytes (the decoders'
+            # unit: chunk c's codes are bytes [c bits, (c + 1) bits) of the codes).
+            assert all(g % 32 == 0 for g in f.group_sizes) and f.code_bits <= 8
+        if f.family == "mlx":
+            assert f.grouped and f.header_bytes == 4 and f.name == f"mlx{f.code_bits}", f.name
 
 
 _check_table()
@@ -190,6 +230,19 @@ def render_c_header() -> str:
               "#define UQR_FIXED_BLOCK_LIST(X) \\"]
     lines += [f"  X(UQR_{f.name.upper()}, \"{f.name}\") \\" for f in TABLE if not f.grouped]
     lines.append("")
+    grouped = [f for f in TABLE if f.grouped]
+    lines += ["// X(ENUM, G) for every group size G of every grouped format: the switches that instantiate",
+              "// a kernel per (format, group size) expand this list.",
+              "#define UQR_GROUPED_CASES(X) \\"]
+    lines += [f"  X(UQR_{f.name.upper()}, {g}) \\" for f in grouped for g in f.group_sizes]
+    lines.append("")
+    ok = " : ".join(f"fmt == UQR_{f.name.upper()} ? (" + " || ".join(f"g == {g}" for g in f.group_sizes) + ")"
+                    for f in grouped)
+    bits = " : ".join(f"fmt == UQR_{f.name.upper()} ? {f.code_bits}" for f in grouped)
+    lines += ["// Whether g is a group size of the grouped format fmt (false for a fixed-block format).",
+              f"UQR_FN constexpr bool uqr_group_size_ok(int fmt, int g) {{ return {ok or 'false'} : false; }}",
+              "// Bits per code of a grouped format (0: a fixed-block format).",
+              f"UQR_FN constexpr int uqr_code_bits(int fmt) {{ return {bits or '0'} : 0; }}", ""]
     lines.append(f"#define UQR_FORMAT_NAMES \"{quoted_names(NAMES)}\"")
     for path in PATHS:
         if path in _ALWAYS:

@@ -116,7 +116,7 @@ def gguf_tokenizer(path: str):
 def take_rows(w, rows: torch.Tensor):
     """``w[rows]`` for a QTensor (whole rows of blocks move, bytes untouched) or a float tensor."""
     if isinstance(w, QTensor):
-        kw = {"group_size": w.group_size} if w.fmt == "mlx4" else {}
+        kw = {"group_size": w.group_size} if w.group_size else {}
         return QTensor.from_bytes(w.data[rows.to(w.data.device)].contiguous(), w.fmt, tuple(w.shape), **kw)
     return w[rows]
 

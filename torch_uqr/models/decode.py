@@ -139,7 +139,7 @@ def concat_quant_linears(layers, *, out_heads: int = 0) -> Optional["QuantLinear
     N = sum(m.out_features for m in layers)
     bias = None if first.bias is None else torch.cat([m.bias for m in layers])
     qt = QTensor._validated(data, first.fmt, (N, first.packed_in_features),
-                            first.group_size if first.fmt == "mlx4" else None)
+                            first.group_size or None)
     return QuantLinear(qt, bias, out_heads=out_heads, path=first.path, in_features=first.in_features)
 
 

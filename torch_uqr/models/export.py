@@ -128,7 +128,7 @@ def save_gguf(model: nn.Module, path: str | os.PathLike, tokenizer: Optional[Any
         name: ``general.name`` (default: the config's ``name_or_path``, else ``"llama"``).
 
     Raises:
-        ValueError: a layer in a format GGUF has no type for (mlx4, exl3, var_affine, ternary,
+        ValueError: a layer in a format GGUF has no type for (the MLX family, exl3, var_affine, ternary,
             ...), or zero-padded to a whole block, naming the layer and the format; a model that
             is not llama-family; a rotary scaling llama.cpp needs extra tensors for.
     """

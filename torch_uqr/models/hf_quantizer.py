@@ -36,7 +36,7 @@ class UqrConfig(QuantizationConfigMixin):
 
     Args:
         fmt: one of ``torch_uqr.formats()``.
-        group_size: mlx4's group size (32 / 64 / 128; default 64).
+        group_size: an MLX-family format's group size (32 / 64 / 128; default 64).
         skip: module-name patterns (fnmatch) to keep in float, e.g. ``["lm_head"]``.
     """
 

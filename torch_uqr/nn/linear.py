@@ -14,6 +14,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from .. import ops
+from ..formats.table import spec as format_spec
 from ..qtensor import QTensor, quantize
 
 __all__ = ["QuantLinear", "save_quantized", "load_quantized"]
@@ -177,7 +178,7 @@ class QuantLinear(nn.Module):
         w = self.weight
         key = _weight_key(w)
         if self._cache[0] != key:
-            kw = {"group_size": self._gs} if self._fmt == "mlx4" else {}
+            kw = {"group_size": self._gs} if format_spec(self._fmt).grouped else {}
             self._cache = (key, QTensor._validated(w, self._fmt, (self._N, self._K), **kw))
         return self._cache[1]
 
@@ -223,8 +224,8 @@ class QuantLinear(nn.Module):
         weight = get("weight")
         if not isinstance(weight, torch.Tensor):
             raise ValueError(f"weight must be a uint8 tensor, got {type(weight).__name__}")
-        kw = {"group_size": gs} if fmt == "mlx4" else {}
-        if fmt != "mlx4" and gs != 0:
+        kw = {"group_size": gs} if format_spec(fmt).grouped else {}
+        if not kw and gs != 0:
             raise ValueError(f"weight_shape's group_size is {gs}, but {fmt} has no group size (expected 0)")
         # Validated on the incoming tensor itself (no copy): it is about to be copied into our buffer.
         QTensor._validated(weight.detach(), fmt, (N, K), **kw)
@@ -268,7 +269,7 @@ class QuantLinear(nn.Module):
     def extra_repr(self) -> str:
         s = (f"in_features={self.in_features}, out_features={self.out_features}, fmt={self.fmt}, "
              f"bpw={self.bits_per_weight:.2f}, bias={self.bias is not None}")
-        if self.fmt == "mlx4":
+        if format_spec(self.fmt).grouped:
             s += f", group_size={self.group_size}"
         if self.packed_in_features != self.in_features:
             s += f", padded_to={self.packed_in_features}"
@@ -280,7 +281,7 @@ class QuantLinear(nn.Module):
 
 
 def block_size_of(fmt: str, **opts) -> int:
-    """Elements per block of ``fmt`` along K (mlx4: its group size, default 64)."""
+    """Elements per block of ``fmt`` along K (an MLX-family format: its group size, default 64)."""
     from ..formats import block_geometry
 
     return block_geometry(fmt, opts.get("group_size"))[0]

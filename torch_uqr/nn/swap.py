@@ -7,6 +7,7 @@ from typing import Callable, Iterable, Optional, Union
 
 from torch import nn
 
+from ..formats import table as format_table
 from ..qtensor import quantize
 from ..recipes import FLOAT, get_recipe, ggml_format, tensor_type
 from .embedding import QuantEmbedding
@@ -77,16 +78,16 @@ def layer_format(in_features: int, fmt: str, fallback: str, **opts) -> tuple[str
     """Pick the format for a layer of width ``in_features``: ``(fmt, opts, pad, reason)``.
 
     ``reason`` is None when the requested format fits as asked. Otherwise (K not a multiple of the
-    block): mlx4 first tries a smaller group size that divides K; then ``fallback`` decides:
+    block): a grouped (MLX-family) format first tries a smaller group size that divides K; then ``fallback`` decides:
     ``"pad"`` zero-pads K up to the block, ``"error"`` raises, any format name is used instead.
     """
     block = block_size_of(fmt, **opts)
     if in_features % block == 0:
         return fmt, opts, False, None
-    if fmt == "mlx4":
-        for g in (128, 64, 32):
+    if fmt in format_table.BY_NAME and format_table.BY_NAME[fmt].grouped:
+        for g in sorted(format_table.BY_NAME[fmt].group_sizes, reverse=True):
             if g < block and in_features % g == 0:
-                return fmt, {**opts, "group_size": g}, False, f"mlx4 group_size {block} -> {g} (K % {block} != 0)"
+                return fmt, {**opts, "group_size": g}, False, f"{fmt} group_size {block} -> {g} (K % {block} != 0)"
     if fallback == "pad":
         return fmt, opts, True, f"{fmt} zero-padded to a multiple of {block} (K % {block} != 0)"
     if fallback == "error":

@@ -7,7 +7,7 @@
 // elements [8*chunk, 8*chunk + 8) of one block into out[0..7]. Eight is the widest unit every format
 // can produce without reading another chunk's bits, and small enough to be one GPU thread's share
 // of a tile. Blocks of the same format differ only in their bytes, so a decoder needs nothing but
-// the block pointer (mlx4's group size only bounds `chunk`).
+// the block pointer (an MLX-family group size only bounds `chunk`).
 #pragma once
 #include "platform.h"
 
@@ -117,6 +117,38 @@ UQR_FN void uqr_decode8_mlx4(const UQR_GLOBAL uqr_u8* blk, int chunk, UQR_THREAD
     out[2 * i] = (float)(qs[i] & 15) * scale + bias;
     out[2 * i + 1] = (float)(qs[i] >> 4) * scale + bias;
   }
+}
+
+// The rest of the MLX affine family (mlxB, B = 2, 3, 5, 6, 8; docs/formats.md, "MLX affine
+// family"): element i of the group is bits [B i, B i + B) of the LSB-first bitstream after the two
+// halves, the byte order of MLX's little-endian uint32 words. y = scale q + bias. A chunk's 8 codes
+// are exactly the B bytes from byte B chunk, so every code lies in at most two bytes of its own
+// chunk and no read leaves the block.
+UQR_FN void uqr_decode8_mlx_bits(const UQR_GLOBAL uqr_u8* blk, int chunk, int bits, UQR_THREAD float* out) {
+  float scale = uqr_load_half(blk), bias = uqr_load_half(blk + 2);
+  const UQR_GLOBAL uqr_u8* qs = blk + 4 + bits * chunk;
+  const uqr_u32 mask = (1u << bits) - 1u;
+  for (int i = 0; i < 8; ++i) {
+    const int bit = i * bits, byte = bit >> 3, shift = bit & 7;
+    uqr_u32 q = (uqr_u32)qs[byte] >> shift;
+    if (shift + bits > 8) q |= (uqr_u32)qs[byte + 1] << (8 - shift);
+    out[i] = (float)(q & mask) * scale + bias;
+  }
+}
+UQR_FN void uqr_decode8_mlx2(const UQR_GLOBAL uqr_u8* blk, int chunk, UQR_THREAD float* out) {
+  uqr_decode8_mlx_bits(blk, chunk, 2, out);
+}
+UQR_FN void uqr_decode8_mlx3(const UQR_GLOBAL uqr_u8* blk, int chunk, UQR_THREAD float* out) {
+  uqr_decode8_mlx_bits(blk, chunk, 3, out);
+}
+UQR_FN void uqr_decode8_mlx5(const UQR_GLOBAL uqr_u8* blk, int chunk, UQR_THREAD float* out) {
+  uqr_decode8_mlx_bits(blk, chunk, 5, out);
+}
+UQR_FN void uqr_decode8_mlx6(const UQR_GLOBAL uqr_u8* blk, int chunk, UQR_THREAD float* out) {
+  uqr_decode8_mlx_bits(blk, chunk, 6, out);
+}
+UQR_FN void uqr_decode8_mlx8(const UQR_GLOBAL uqr_u8* blk, int chunk, UQR_THREAD float* out) {
+  uqr_decode8_mlx_bits(blk, chunk, 8, out);
 }
 
 // var_affine: sub-block j (elements 32j..32j+31) holds 32 codes of B_j = modes[j] & 7 bits at bit
@@ -394,6 +426,11 @@ UQR_FN void uqr_decode8(int fmt, const UQR_GLOBAL uqr_u8* blk, int chunk, UQR_TH
     case UQR_Q3_K: uqr_decode8_q3_k(blk, chunk, out); break;
     case UQR_Q2_K: uqr_decode8_q2_k(blk, chunk, out); break;
     case UQR_MXFP4: uqr_decode8_mxfp4(blk, chunk, out); break;
+    case UQR_MLX2: uqr_decode8_mlx2(blk, chunk, out); break;
+    case UQR_MLX3: uqr_decode8_mlx3(blk, chunk, out); break;
+    case UQR_MLX5: uqr_decode8_mlx5(blk, chunk, out); break;
+    case UQR_MLX6: uqr_decode8_mlx6(blk, chunk, out); break;
+    case UQR_MLX8: uqr_decode8_mlx8(blk, chunk, out); break;
     default: uqr_decode8_ternary(blk, chunk, out); break;
   }
 }
@@ -402,7 +439,6 @@ UQR_FN void uqr_decode8(int fmt, const UQR_GLOBAL uqr_u8* blk, int chunk, UQR_TH
 // Compile-time format selection for C++17 hosts (the CPU kernels, the CUDA C++ kernels): hot loops
 // are instantiated per format, so the switch above disappears from them. Metal (C++14, no
 // `if constexpr`) instantiates its kernels per format through the shader's own templates.
-// Elements and bytes per block of a format known at compile time (mlx4: group g), for templates.
 template <int FMT>
 UQR_FN void uqr_decode8_fmt(const UQR_GLOBAL uqr_u8* blk, int chunk, UQR_THREAD float* out) {
   if constexpr (FMT == UQR_Q4_0) uqr_decode8_q4_0(blk, chunk, out);
@@ -421,6 +457,11 @@ UQR_FN void uqr_decode8_fmt(const UQR_GLOBAL uqr_u8* blk, int chunk, UQR_THREAD 
   else if constexpr (FMT == UQR_Q3_K) uqr_decode8_q3_k(blk, chunk, out);
   else if constexpr (FMT == UQR_Q2_K) uqr_decode8_q2_k(blk, chunk, out);
   else if constexpr (FMT == UQR_MXFP4) uqr_decode8_mxfp4(blk, chunk, out);
+  else if constexpr (FMT == UQR_MLX2) uqr_decode8_mlx2(blk, chunk, out);
+  else if constexpr (FMT == UQR_MLX3) uqr_decode8_mlx3(blk, chunk, out);
+  else if constexpr (FMT == UQR_MLX5) uqr_decode8_mlx5(blk, chunk, out);
+  else if constexpr (FMT == UQR_MLX6) uqr_decode8_mlx6(blk, chunk, out);
+  else if constexpr (FMT == UQR_MLX8) uqr_decode8_mlx8(blk, chunk, out);
   else uqr_decode8_ternary(blk, chunk, out);
 }
 #endif

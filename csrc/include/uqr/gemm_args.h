@@ -26,10 +26,10 @@ struct GemmPlan {
 
 // Format name -> uqr_format; TORCH_CHECK failure naming `fmt` otherwise.
 int format_from_name(c10::string_view fmt);
-// Elements per block of a format (mlx4: its group size).
+// Elements per block of a format (a grouped format: its group size).
 int block_elems(int fmt, int64_t group_size);
 int block_bytes(int fmt, int64_t group_size);
-// group_size valid for fmt (mlx4: 32 / 64 / 128; others 0 or their block); TORCH_CHECK naming `op`.
+// group_size valid for fmt (a grouped format: one of its table group sizes; others 0 or their block); TORCH_CHECK naming `op`.
 void check_group_size(const char* op, int fmt, c10::string_view fmt_name, int64_t group_size);
 
 // Validates every argument (dtype, device, shapes, fmt/group_size/path for `backend`) and computes

@@ -15,7 +15,7 @@
   X(uqr_i32, M)          /* rows per batch */                                                     \
   X(uqr_i32, N)          /* output features */                                                    \
   X(uqr_i32, K)          /* input features */                                                     \
-  X(uqr_i32, group_size) /* elements per block (mlx4's g; the format's block otherwise) */        \
+  X(uqr_i32, group_size) /* elements per block (a grouped format's g; the block otherwise) */ \
   X(uqr_i32, block_bytes)                                                                          \
   X(uqr_i32, row_bytes) /* bytes per weight row = (K / group_size) * block_bytes */               \
   X(uqr_i64, x_batch_stride)                                                                       \

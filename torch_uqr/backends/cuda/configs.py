@@ -64,7 +64,8 @@ QMMA_KERNEL_MAX_ROWS = 1 << 20  # the op's limit (kQmmaMidMaxRows): above 16 row
 # 9-16 rows with K split over CTAs (dispatch.qmma_takes_mid; tuning knob split16).
 QMMA_STAGED_X_MIN_ROWS = 9
 QMMA_ENABLED = True
-QMMA_FORMATS = format_table.NAMES  # every format has a CUDA C++ kernel slot (qmma_traits.cuh)
+# The formats with a CUDA C++ tensor-core kernel slot (qmma_traits.cuh): the table says which.
+QMMA_FORMATS = tuple(f.name for f in format_table.TABLE if f.cuda_qmma)
 # Per-format row limit where the Triton fused kernel measured faster above it (none today).
 QMMA_FORMAT_MAX_ROWS: dict[str, int] = {}
 # The mid-M kernel (qmma_mid_m.cu: CTAs of 128 weight rows, no split over K) for 17..64 rows, only

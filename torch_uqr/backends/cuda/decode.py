@@ -42,6 +42,11 @@ IQ4_XS: tl.constexpr = tl.constexpr(FORMAT_CODES["iq4_xs"])
 Q3_K: tl.constexpr = tl.constexpr(FORMAT_CODES["q3_k"])
 Q2_K: tl.constexpr = tl.constexpr(FORMAT_CODES["q2_k"])
 MXFP4: tl.constexpr = tl.constexpr(FORMAT_CODES["mxfp4"])
+MLX2: tl.constexpr = tl.constexpr(FORMAT_CODES["mlx2"])
+MLX3: tl.constexpr = tl.constexpr(FORMAT_CODES["mlx3"])
+MLX5: tl.constexpr = tl.constexpr(FORMAT_CODES["mlx5"])
+MLX6: tl.constexpr = tl.constexpr(FORMAT_CODES["mlx6"])
+MLX8: tl.constexpr = tl.constexpr(FORMAT_CODES["mlx8"])
 
 
 @triton.jit
@@ -215,6 +220,23 @@ def _decode_mlx4(w_ptr, row_off, n_ok, s0, n_sub, GROUP: tl.constexpr, BN: tl.co
     lo = (qs & 15).to(tl.float32) * scale + bias
     hi = (qs >> 4).to(tl.float32) * scale + bias
     return _join_nibbles(lo, hi, BN, NS, False), tl.arange(0, NS * 32)
+
+
+@triton.jit
+def _decode_mlx_bits(w_ptr, row_off, n_ok, s0, n_sub, GROUP: tl.constexpr, BITS: tl.constexpr, BN: tl.constexpr,
+                     NS: tl.constexpr):
+    """The MLX family's other widths: a sub-block's 32 codes are the 4·BITS bytes (<= 32) from byte
+    4·BITS·(its index in the group) of the group's codes, an LSB-first bitstream."""
+    SUBS: tl.constexpr = GROUP // 32
+    s, ok = _sub_blocks(n_ok, s0, n_sub, NS)
+    blk = w_ptr + row_off + (s // SUBS).to(tl.int64) * (4 + GROUP * BITS // 8)
+    scale = _f16(blk, ok)
+    bias = _f16(blk + 2, ok)
+    t = tl.arange(0, 32)[None, None, :]
+    raw = _u8(blk + 4 + (s % SUBS) * (4 * BITS) + t, ok & (t < 4 * BITS))
+    q = _gather_bits(raw, t * BITS, BITS)
+    w = q.to(tl.float32) * scale + bias
+    return tl.reshape(w, (BN, NS * 32)), tl.arange(0, NS * 32)
 
 
 @triton.jit
@@ -401,6 +423,16 @@ def decode_tile(w_ptr, row_off, n_ok, s0, n_sub, FMT: tl.constexpr, GROUP: tl.co
         w, kl = _decode_q6_k(w_ptr, row_off, n_ok, s0, n_sub, BN, NS)
     elif FMT == MLX4:
         w, kl = _decode_mlx4(w_ptr, row_off, n_ok, s0, n_sub, GROUP, BN, NS)
+    elif FMT == MLX2:
+        w, kl = _decode_mlx_bits(w_ptr, row_off, n_ok, s0, n_sub, GROUP, 2, BN, NS)
+    elif FMT == MLX3:
+        w, kl = _decode_mlx_bits(w_ptr, row_off, n_ok, s0, n_sub, GROUP, 3, BN, NS)
+    elif FMT == MLX5:
+        w, kl = _decode_mlx_bits(w_ptr, row_off, n_ok, s0, n_sub, GROUP, 5, BN, NS)
+    elif FMT == MLX6:
+        w, kl = _decode_mlx_bits(w_ptr, row_off, n_ok, s0, n_sub, GROUP, 6, BN, NS)
+    elif FMT == MLX8:
+        w, kl = _decode_mlx_bits(w_ptr, row_off, n_ok, s0, n_sub, GROUP, 8, BN, NS)
     elif FMT == VAR_AFFINE:
         w, kl = _decode_var_affine(w_ptr, row_off, n_ok, s0, n_sub, BN, NS)
     elif FMT == EXL3:

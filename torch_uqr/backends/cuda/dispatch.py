@@ -456,8 +456,8 @@ def launch_plan(kind: str, x: torch.Tensor, fmt: str, N: int, K: int, group_size
     with activations ``x`` on their CUDA device, under the tuning in force; cached per device,
     shape and tuning."""
     rows = x.numel() // K
-    return _cached_plan(kind, _device_index(x.device), fmt, group_size if fmt == "mlx4" else 0, N, K, rows,
-                        x.dtype == torch.bfloat16, tuning.current())
+    g = group_size if format_table.spec(fmt).grouped else 0
+    return _cached_plan(kind, _device_index(x.device), fmt, g, N, K, rows, x.dtype == torch.bfloat16, tuning.current())
 
 
 def run_qmma(x: torch.Tensor, w: torch.Tensor, fmt: str, N: int, K: int, group_size: int = 0, out_heads: int = 0,
