@@ -44,9 +44,11 @@ def parse_args(argv):
     p.add_argument("--no-direct-heads", action="store_true",
                    help="use transformers' transposing attention instead of the direct-head layout")
     p.add_argument("--threads", type=int, default=0,
-                   help="CPU threads (torch.set_num_threads) for the whole run; default: torch's own "
-                        "setting. On a machine where other processes use cores, give the free cores: "
-                        "threads waiting on busy cores slow decoding by an order of magnitude")
+                   help="most CPU threads (torch.set_num_threads); default: torch's own setting. While "
+                        "other processes keep cores busy, fewer are used (torch_uqr.threads: threads "
+                        "waiting on busy cores slow decoding by an order of magnitude)")
+    p.add_argument("--fixed-threads", action="store_true",
+                   help="keep the thread count fixed even while other processes use cores")
     p.add_argument("--compile", nargs="?", const="default", default=None, choices=["default", "reduce-overhead"],
                    help="decode through a static KV cache and one torch.compile'd single-token step "
                         "(compiled before the timing; 'reduce-overhead': CUDA graphs, CUDA only)")
@@ -95,13 +97,17 @@ def _pick(logits: torch.Tensor, temperature: float, top_k: int, gen: torch.Gener
 
 @torch.no_grad()
 def generate(model, tokenizer, ids: torch.Tensor, max_new_tokens: int, *, temperature: float = 0.0,
-             top_k: int = 40, seed: int = 0, stream=None, compile: Optional[str] = None) -> dict:
+             top_k: int = 40, seed: int = 0, stream=None, compile: Optional[str] = None,
+             governor=None) -> dict:
     """Greedy (or top-k sampled) decoding with a KV cache; returns text, tokens and timings.
 
     ``stream`` (a file) receives the text as it is produced. ``compile`` ("default" or a
     ``torch.compile`` mode): decode with ``CompiledDecoder`` (static cache, compiled step); it is
     compiled before the timing starts and the seconds that took are returned as ``compile_s``.
+    ``governor`` (a ``torch_uqr.threads.ThreadGovernor``) adjusts the CPU threads before the prefill
+    and every step.
     """
+    tick = governor.step if governor is not None else (lambda: None)
     from transformers import DynamicCache
 
     device = next(model.parameters()).device
@@ -120,6 +126,7 @@ def generate(model, tokenizer, ids: torch.Tensor, max_new_tokens: int, *, temper
         _forward(model, ids[:, :1], DynamicCache(config=model.config))  # warm-up: first calls set up kernels
         cache = DynamicCache(config=model.config)
         prefill = step = functools.partial(_forward, model, cache=cache)
+    tick()
     t0 = time.perf_counter()
     nxt = _pick(prefill(ids), temperature, top_k, gen)
     t_prefill = time.perf_counter() - t0
@@ -137,6 +144,7 @@ def generate(model, tokenizer, ids: torch.Tensor, max_new_tokens: int, *, temper
             shown = text
         if len(out) == max_new_tokens:
             break
+        tick()
         nxt = _pick(step(nxt.view(1, 1)), temperature, top_k, gen)
     t_decode = time.perf_counter() - t1
     decode_steps = max(len(out) - 1, 0)  # the first token came out of the prefill
@@ -186,14 +194,20 @@ def main(argv=None) -> int:
         use_direct_heads(model)
     ids = encode_prompt(tokenizer, args.prompt, args.raw)
     print(f"# prompt: {args.prompt!r}\n")
+    governor = None
+    if torch.device(args.device).type == "cpu" and not args.fixed_threads:
+        from ..threads import ThreadGovernor
+
+        governor = ThreadGovernor(args.threads or None)
     r = generate(model, tokenizer, ids, args.max_new_tokens, temperature=args.temperature,
-                 top_k=args.top_k, seed=args.seed, stream=sys.stdout, compile=args.compile)
+                 top_k=args.top_k, seed=args.seed, stream=sys.stdout, compile=args.compile, governor=governor)
     device = torch.device(args.device)
     print(f"\n\n# prefill {r['prompt_tokens']} tokens in {r['prefill_s']:.2f} s ({r['prefill_tok_s']:.1f} tok/s); "
           f"decode {len(r['tokens'])} tokens at {r['decode_tok_s']:.1f} tok/s"
           + (f" (compiled in {r['compile_s']:.1f} s before)" if args.compile else "") + "; "
           f"peak memory {peak_memory_mib(device):.0f} MiB"
-          + (f"; {torch.get_num_threads()} CPU threads" if device.type == "cpu" else ""))
+          + (f"; {torch.get_num_threads()} CPU threads" if device.type == "cpu" else "")
+          + (f" (of at most {governor.max_threads}, fewer while other processes use cores)" if governor else ""))
     return 0
 
 
