@@ -319,3 +319,22 @@ def test_tuning_override_nests_and_validates() -> None:
         tuning.Tuning(wgmma_bm=96)
     with pytest.raises(ValueError, match="split16_splits"):
         tuning.Tuning(split16_splits=0)
+
+
+def test_route_codes_match_the_cpp_kernel() -> None:
+    """uqr::gemm's C++ CUDA kernel reads route_codes by position (csrc/cuda/qmma_binding.cpp): its
+    RouteKind numbers and plan lengths must be ROUTE_KINDS' order and the plans' argument counts."""
+    import re
+    from pathlib import Path
+
+    src = (Path(__file__).resolve().parent.parent / "csrc" / "cuda" / "qmma_binding.cpp").read_text()
+    kinds = dict(re.findall(r"kRoute(\w+) = (\d+)", src))
+    assert {k.lower(): int(v) for k, v in kinds.items()} == {k: i for i, k in enumerate(dispatch.ROUTE_KINDS)}
+    lengths = [int(v) for v in re.search(r"kPlanArgs\[\] = \{([\d, ]+)\}", src).group(1).split(",")]
+    plans = [(), dispatch.QmmaPlan(mid=False).args(), dispatch.WgmmaPlan(64, 1, 1).args(),
+             dispatch.Int8Plan(0, 1).args()]
+    assert lengths == [len(p) for p in plans]
+    # CPU tensors: no CUDA C++ kernel takes them, so the route is the Python-launched kernels'.
+    w = random_packed("q4_0", 32, 512, 0, seed=3)
+    assert dispatch.route_codes(torch.randn(2, 512, dtype=torch.bfloat16), w, "q4_0", 32, 512, 0, 0, False,
+                                "auto") == [0]

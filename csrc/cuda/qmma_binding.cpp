@@ -201,7 +201,7 @@ struct Route {
 // uqr::_cuda_set_tuning_key): part of the key, so an override never reuses another tuning's plan.
 thread_local int64_t t_tuning_key = 0;
 
-constexpr size_t kRouteCacheMax = 1 << 14;  // distinct call shapes; a full cache starts over
+constexpr size_t kMaxCachedRoutes = 1 << 14;  // distinct call shapes; a full cache starts over
 
 std::string route_key(const at::Tensor& x, const at::Tensor& w, c10::string_view fmt, int64_t N, int64_t K,
                       int64_t group_size, int64_t out_heads, bool in_heads, c10::string_view path) {
@@ -257,7 +257,7 @@ Route cached_route(const at::Tensor& x, const at::Tensor& w, c10::string_view fm
             "uqr::gemm: uqr::_cuda_route gave a malformed route (", codes.size(), " values)");
   Route r{codes[0], std::vector<int64_t>(codes.begin() + 1, codes.end())};
   std::lock_guard<std::mutex> lock(mu);
-  if (cache.size() >= kRouteCacheMax) cache.clear();
+  if (cache.size() >= kMaxCachedRoutes) cache.clear();
   cache.emplace(std::move(key), r);
   return r;
 }
