@@ -19,15 +19,6 @@ def _half_bytes(shape: tuple[int, ...], scale: float, gen: torch.Generator, devi
     return v.view(torch.uint8).reshape(*shape, 2)
 
 
-_FIELD_TORCH = {"f16": torch.float16, "bf16": torch.bfloat16, "f32": torch.float32}
-
-
-def _field_bytes(shape: tuple[int, ...], scale: float, dtype: str, gen: torch.Generator, device) -> torch.Tensor:
-    """Values ~ N(0, scale^2) in header dtype ``dtype`` ("f16", "bf16", "f32") as little-endian bytes."""
-    v = (torch.randn(shape, generator=gen, device=device) * scale).to(_FIELD_TORCH[dtype])
-    return v.view(torch.uint8).reshape(*shape, v.element_size())
-
-
 def _rand_bytes(shape: tuple[int, ...], gen: torch.Generator, device, high: int = 256) -> torch.Tensor:
     return torch.randint(0, high, shape, generator=gen, device=device, dtype=torch.uint8)
 
@@ -69,9 +60,8 @@ def random_packed(fmt: str, N: int, K: int, group_size: int = 0, seed: int = 0,
         fields = [_half_bytes(shp, scale / 64, gen, device), _half_bytes(shp, scale / 64, gen, device),
                   _rand_bytes((*shp, 12), gen, device), _rand_bytes((*shp, 128), gen, device)]
     elif spec(fmt).family == "mlx":
-        dt = spec(fmt).scale_dtype
-        fields = [_field_bytes(shp, scale * 16 / (1 << spec(fmt).code_bits), dt, gen, device),
-                  _field_bytes(shp, 8 * scale, dt, gen, device),
+        fields = [_half_bytes(shp, scale * 16 / (1 << spec(fmt).code_bits), gen, device),
+                  _half_bytes(shp, 8 * scale, gen, device),
                   _rand_bytes((*shp, group_size * spec(fmt).code_bits // 8), gen, device)]
     elif fmt == "var_affine":
         depths = _var_affine_depths(shp, gen, device)
@@ -122,12 +112,6 @@ def _f16(b: torch.Tensor, off: int) -> torch.Tensor:
     return b[..., off:off + 2].contiguous().view(torch.float16)[..., 0].double()
 
 
-def _field(b: torch.Tensor, off: int, dtype: str) -> torch.Tensor:
-    """Header field of dtype ``dtype`` at byte ``off`` of every block, as float64 [N, nb]."""
-    t = _FIELD_TORCH[dtype]
-    return b[..., off:off + t.itemsize].contiguous().view(t)[..., 0].double()
-
-
 def _bits(stream: torch.Tensor, bit_off: torch.Tensor, width: torch.Tensor | int) -> torch.Tensor:
     """LSB-first ``width``-bit values at ``bit_off`` of a per-block byte stream [N, nb, L] (int64)."""
     nbytes = stream.shape[-1]
@@ -175,13 +159,10 @@ def reference_dequantize(data: torch.Tensor, fmt: str, N: int, K: int, group_siz
         high = (b[..., 128 + 32 * half + e % 32].long() >> (2 * (e // 32))) & 3
         sc = b[..., 192:208].contiguous().view(torch.int8).double()[..., i // 16]
         y = _f16(b, 208)[..., None] * sc * (low + 16 * high - 32).double()
-    elif spec(fmt).family == "mlx":  # element i: bits [B i, B i + B) of the codes after the header
-        width, dt, hdr = spec(fmt).code_bits, spec(fmt).scale_dtype, spec(fmt).header_bytes
-        q = _bits(b[..., hdr:], (i * width).expand(*b.shape[:-1], elems).contiguous(), width).double()
-        prod = _field(b, 0, dt)[..., None] * q
-        if dt == "f32":  # an fp32 scale's product is rounded to float32 before the sum
-            prod = prod.float().double()
-        y = prod + _field(b, hdr // 2, dt)[..., None]
+    elif spec(fmt).family == "mlx":  # element i: bits [B i, B i + B) of the codes after the two halves
+        width = spec(fmt).code_bits
+        q = _bits(b[..., 4:], (i * width).expand(*b.shape[:-1], elems).contiguous(), width).double()
+        y = _f16(b, 0)[..., None] * q + _f16(b, 2)[..., None]
     elif fmt == "var_affine":
         depth = b[..., 20:28].long() & 7
         start = 32 * (torch.cumsum(depth, -1) - depth)

@@ -16,20 +16,15 @@ import torch
 
 import gemm_helpers
 import torch_uqr as uqr
-from torch_uqr.formats.table import family, mlx_format, spec
+from torch_uqr.formats.table import family, mlx_format
 
 GOLDEN_DIR = os.path.join(os.path.dirname(__file__), "golden")
-# Every row of the family (every width, every header dtype) for the decoders and kernels; the fp16
-# rows (the golden file's, MLX's outputs for fp16 weights) for the comparisons with MLX here; the
-# bf16 / fp32 header rows against MLX: tests/test_formats_mlx_scales.py.
 CASES = [(f.name, g) for f in family("mlx") for g in f.group_sizes]
 IDS = [f"{f}-g{g}" for f, g in CASES]
-F16_CASES = [(f, g) for f, g in CASES if spec(f).scale_dtype == "f16"]
-F16_IDS = [f"{f}-g{g}" for f, g in F16_CASES]
 
 
 def bits_of(fmt: str) -> int:
-    return spec(fmt).code_bits
+    return int(fmt[len("mlx"):])
 
 
 def load_maker():
@@ -66,7 +61,7 @@ def check_against_mlx(ref: dict, fmt: str, g: int) -> None:
         assert mine.tobytes() == theirs.tobytes()
 
 
-@pytest.mark.parametrize("fmt,g", F16_CASES, ids=F16_IDS)
+@pytest.mark.parametrize("fmt,g", CASES, ids=IDS)
 def test_against_golden_mlx_outputs(fmt, g):
     ref = dict(np.load(os.path.join(GOLDEN_DIR, "mlx_family_golden.npz")))
     if f"b{bits_of(fmt)}_g{g}_wq" not in ref:
@@ -74,7 +69,7 @@ def test_against_golden_mlx_outputs(fmt, g):
     check_against_mlx(ref, fmt, g)
 
 
-@pytest.mark.parametrize("fmt,g", F16_CASES, ids=F16_IDS)
+@pytest.mark.parametrize("fmt,g", CASES, ids=IDS)
 def test_against_live_mlx(fmt, g):
     pytest.importorskip("mlx.core", reason="mlx is not installed here; the golden-file test covers the family")
     seed = int.from_bytes(os.urandom(2), "little")
@@ -87,20 +82,17 @@ def test_our_quantizer_round_trips_through_mlx(fmt, g):
     gen = torch.Generator().manual_seed(g + bits_of(fmt))
     w = torch.randn(4, 256, generator=gen) * 0.02
     qt = uqr.quantize(w, fmt, group_size=g)
-    wq, scales, biases = uqr.to_mlx(qt, array="torch" if spec(fmt).scale_dtype == "bf16" else "auto")
+    wq, scales, biases = uqr.to_mlx(qt)
     bits = bits_of(fmt)
-    assert tuple(wq.shape) == (4, 256 * bits // 32) and tuple(scales.shape) == (4, 256 // g)
-    if isinstance(wq, torch.Tensor):
-        wq = wq.view(torch.int32).numpy().view(np.uint32)
-    assert wq.dtype == np.uint32
+    assert wq.dtype == np.uint32 and wq.shape == (4, 256 * bits // 32) and scales.shape == (4, 256 // g)
     again = uqr.from_mlx(wq, scales, biases, group_size=g)
     assert again.fmt == fmt and torch.equal(again.data, qt.data)
     try:
         import mlx.core as mx
     except ImportError:
         return
-    y = np.array(mx.dequantize(mx.array(wq), mx.array(scales).astype(mx.float32),
-                               mx.array(biases).astype(mx.float32), group_size=g, bits=bits))
+    y = np.array(mx.dequantize(mx.array(wq), mx.array(scales.astype(np.float32)),
+                               mx.array(biases.astype(np.float32)), group_size=g, bits=bits))
     np.testing.assert_array_equal(y, uqr.dequantize(qt).numpy())
 
 
@@ -114,15 +106,12 @@ def test_from_mlx_rejects_shapes_that_match_no_width():
         uqr.from_mlx(np.zeros((2, 5), np.uint32), ok, ok, group_size=64)
     with pytest.raises(ValueError, match="group_size"):
         uqr.from_mlx(np.zeros((2, 2), np.uint32), ok, ok, bits=2)  # g = 16
-    assert mlx_format(3).name == "mlx3" and mlx_format(3, "bf16").name == "mlx3_bf16"
-    with pytest.raises(ValueError, match="scale dtype 'f8'"):
-        mlx_format(3, "f8")
+    assert mlx_format(3).name == "mlx3"
     with pytest.raises(ValueError, match="MLX format"):
         uqr.to_mlx(uqr.quantize(torch.zeros(1, 32), "q4_0"))
 
 
 MS = [1, 7, 33, 127, 129, 300]
-MS_HEADER_ROWS = [1, 7, 33]
 DTYPES = [torch.float16, torch.bfloat16, torch.float32]
 N_ODD, K_GEMM = 70, 256  # 70 rows: no whole tile or panel; K / 2 heads = 128, whole groups for every g
 
@@ -142,8 +131,7 @@ def test_gemm_matches_float64_reference(fmt, g, backend):
     if not uqr.ops.op_available():
         pytest.skip("torch_uqr._C not built")
     qt, W = gemm_helpers.weights(fmt, g, N_ODD, K_GEMM)
-    # The bf16 / fp32 header rows share every kernel but the header read: a few odd M each.
-    for i, M in enumerate(MS if spec(fmt).scale_dtype == "f16" else MS_HEADER_ROWS):
+    for i, M in enumerate(MS):
         for j, dtype in enumerate(DTYPES):
             # The emulator is slow: there the layouts take turns, so that every M and every dtype
             # still meets both of them.

@@ -86,28 +86,11 @@ def read_q6_k(b, g):
     return out
 
 
-def read_field(b, o, dtype):
-    """An MLX-family header field: fp16, bf16 (the top half of an fp32) or fp32."""
-    if dtype == "f16":
-        return f16(b, o)
-    if dtype == "bf16":
-        return struct.unpack("<f", bytes(2) + bytes(b[o:o + 2]))[0]
-    return struct.unpack_from("<f", b, o)[0]
-
-
-def round_f32(v):
-    return struct.unpack("<f", struct.pack("<f", v))[0]
-
-
-def read_mlx(width, dtype="f16"):
-    """The MLX family: element i is bits [width i, width i + width) of the codes after the header
-    (scale, bias in ``dtype``); an fp32 scale's product is rounded to float32 before the sum."""
-    size = 4 if dtype == "f32" else 2
-
+def read_mlx(width):
+    """The MLX family: element i is bits [width i, width i + width) of the codes after two halves."""
     def read(b, g):
-        scale, bias = read_field(b, 0, dtype), read_field(b, size, dtype)
-        prod = [scale * bits(b[2 * size:], width * i, width) for i in range(g)]
-        return [(round_f32(p) if dtype == "f32" else p) + bias for p in prod]
+        scale, bias = f16(b, 0), f16(b, 2)
+        return [scale * bits(b[4:], width * i, width) + bias for i in range(g)]
     return read
 
 
@@ -181,7 +164,7 @@ def read_mxfp4(b, g):
 
 READERS = {"iq4_nl": read_iq4_nl, "iq4_xs": read_iq4_xs, "q3_k": read_q3_k, "q2_k": read_q2_k, "mxfp4": read_mxfp4,
            "q4_0": read_q4_0, "q4_1": read_q4_1, "q8_0": read_q8_0, "q4_k": read_q4_k,
-           **{f.name: read_mlx(f.code_bits, f.scale_dtype) for f in family("mlx")},
+           **{f.name: read_mlx(f.code_bits) for f in family("mlx")},
            "var_affine": read_var_affine, "exl3": read_exl3, "ternary": read_ternary,
            "q5_0": read_q5_0_values, "q5_1": read_q5_1, "q6_k": read_q6_k, "q5_k": read_q5_k}
 CASES = [(f, g or 0) for f, g in format_cases()]
@@ -238,8 +221,8 @@ def test_layout_properties(fmt, g):
     expected_bpw = {"q4_0": 4.5, "q4_1": 5.0, "q8_0": 8.5, "q4_k": 4.5, "var_affine": 5.0, "exl3": 4.5,
                     "ternary": 3.0, "q5_0": 5.5, "q5_1": 6.0, "q6_k": 6.5625, "q5_k": 5.5,
                     "iq4_nl": 4.5, "iq4_xs": 4.25, "q3_k": 3.4375, "q2_k": 2.625, "mxfp4": 4.25}.get(fmt)
-    if spec(fmt).family == "mlx":  # codes plus the scale and bias per group (32 or 64 bits)
-        expected_bpw = spec(fmt).code_bits + 8 * spec(fmt).header_bytes / g
+    if spec(fmt).family == "mlx":  # codes plus 32 bits of scale and bias per group
+        expected_bpw = spec(fmt).code_bits + 32 / g
     assert qt.bits_per_weight == expected_bpw
 
 

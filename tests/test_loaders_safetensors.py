@@ -11,7 +11,7 @@ import torch_uqr
 from torch_uqr.formats.table import family
 
 
-MLX_BITS = [f.code_bits for f in family("mlx") if f.scale_dtype == "f16"]  # a row per width (fp16 header)
+MLX_BITS = [f.code_bits for f in family("mlx")]
 
 
 def _pack_lsb_first(q: np.ndarray, bits: int) -> np.ndarray:

@@ -1,7 +1,6 @@
 """Lossless import/export between other libraries' tensors and our blocks.
 
-* MLX affine, every bit width (``wq`` uint32, ``scales``, ``biases`` in fp16, bf16 or fp32) <->
-  ``mlx2`` ... ``mlx8`` and their ``_bf16`` / ``_f32`` rows;
+* MLX affine, every bit width (``wq`` uint32, ``scales``, ``biases``) <-> ``mlx2`` ... ``mlx8``;
 * Hugging Face BitNet packed ternary weights (+ ``weight_scale``) -> ``ternary``;
 * GGUF ``TQ1_0`` / ``TQ2_0`` tensors -> ``ternary``.
 """
@@ -38,85 +37,17 @@ def _to_numpy(a, name: str) -> np.ndarray:
     raise ValueError(f"{name} must be a numpy, torch or mlx array, got {type(a).__name__}")
 
 
-#: The MLX family's header dtypes, narrowest first: a value that the first holds exactly is held by
-#: the wider ones only if they contain it (f16 and bf16 do not contain each other; f32 holds both).
-_FIELD_ORDER = ("f16", "bf16", "f32")
-_TORCH_TAGS = {torch.float16: "f16", torch.bfloat16: "bf16", torch.float32: "f32"}
-_NUMPY_TAGS = {np.dtype(np.float16): "f16", np.dtype(np.float32): "f32"}
-_FIELD_NAMES = {"f16": "fp16", "bf16": "bf16", "f32": "fp32"}
-
-
-def _field_values(a, name: str) -> tuple[np.ndarray, str | None]:
-    """(float64 values, header dtype tag or None) of a scales / biases array of numpy, torch or mlx.
-
-    The tag is the array's own dtype where it is one of the family's header dtypes ("f16", "bf16",
-    "f32"); float64 holds every value of the three exactly, so nothing is rounded here.
-    """
-    tag = None
-    if isinstance(a, torch.Tensor):
-        tag = _TORCH_TAGS.get(a.dtype)
-    elif type(a).__module__.startswith("mlx"):
-        import mlx.core as mx
-        tag = {mx.float16: "f16", mx.bfloat16: "bf16", mx.float32: "f32"}.get(a.dtype)
-    elif isinstance(a, np.ndarray):
-        tag = _NUMPY_TAGS.get(a.dtype)
-    values = _to_numpy(a, name)
-    if not (np.issubdtype(values.dtype, np.floating) or np.issubdtype(values.dtype, np.integer)):
-        raise ValueError(f"{name} must be a floating-point array, got {values.dtype}")
-    return values.astype(np.float64), tag
-
-
-def _rounded(values: np.ndarray, dtype: str) -> np.ndarray:
-    """float64 ``values`` rounded to the header dtype (and back to float64)."""
-    with np.errstate(over="ignore", invalid="ignore"):
-        if dtype == "f16":
-            return values.astype(np.float16).astype(np.float64)
-        if dtype == "f32":
-            return values.astype(np.float32).astype(np.float64)
-    return torch.from_numpy(values).to(torch.bfloat16).double().numpy()
-
-
-def _exact_in(values: np.ndarray, dtype: str) -> bool:
-    return bool((_rounded(values, dtype) == values).all())
-
-
-def _require_exact(values: np.ndarray, dtype: str, name: str, fmt: str) -> None:
-    """A ValueError naming the first value of ``values`` that ``dtype`` cannot hold exactly."""
-    lossy = ~(_rounded(values, dtype) == values)
+def _exact_f16(values: np.ndarray, name: str, fmt: str) -> np.ndarray:
+    """``values`` as fp16, or a ValueError if any of them is not exactly representable."""
+    v = values.astype(np.float32)
+    with np.errstate(over="ignore"):
+        h = v.astype(np.float16)
+    lossy = ~(h.astype(np.float32) == v)
     if lossy.any():
-        i = np.unravel_index(int(np.argmax(lossy)), values.shape)
-        field = _FIELD_NAMES[dtype]
-        raise ValueError(f"{name}[{', '.join(map(str, i))}] = {values[i]!r} cannot be stored exactly as {field} "
-                         f"({fmt} keeps {field} scales and biases; converting would change the weights)")
-
-
-def _field_bytes(values: np.ndarray, dtype: str) -> np.ndarray:
-    """Exactly representable float64 values ``[N, G]`` as little-endian header fields ``[N, G, size]``."""
-    N, G = values.shape
-    if dtype == "f16":
-        raw = values.astype("<f2").view(np.uint8)
-    elif dtype == "f32":
-        raw = values.astype("<f4").view(np.uint8)
-    else:
-        raw = torch.from_numpy(values).to(torch.bfloat16).view(torch.int16).numpy().astype("<i2").view(np.uint8)
-    return np.ascontiguousarray(raw).reshape(N, G, -1)
-
-
-def _pick_field_dtype(sc: np.ndarray, bi: np.ndarray, tags: tuple, scale_dtype: str | None, compact: bool) -> str:
-    """The header dtype of the row ``from_mlx`` makes (see there)."""
-    if scale_dtype is not None:
-        if scale_dtype not in _FIELD_ORDER:
-            raise ValueError(f"scale_dtype: expected one of {_FIELD_ORDER} or None, got {scale_dtype!r}")
-        dtype = scale_dtype
-    elif tags[0] is not None and tags[0] == tags[1]:
-        dtype = tags[0]
-    elif tags[0] is not None and tags[1] is not None:
-        dtype = "f32"  # fp16 and bf16 mixed: fp32 holds both
-    else:  # another dtype (float64, integers, lists): the narrowest that holds every value
-        dtype = next((d for d in _FIELD_ORDER if _exact_in(sc, d) and _exact_in(bi, d)), "f32")
-    if compact and scale_dtype is None and dtype != "f16" and _exact_in(sc, "f16") and _exact_in(bi, "f16"):
-        dtype = "f16"
-    return dtype
+        i = np.unravel_index(int(np.argmax(lossy)), v.shape)
+        raise ValueError(f"{name}[{', '.join(map(str, i))}] = {v[i]!r} cannot be stored exactly as fp16 "
+                         f"({fmt} keeps fp16 scales and biases; converting would change the weights)")
+    return h
 
 
 def _mlx_geometry(words: int, groups: int, group_size: int | None, bits: int | None) -> tuple[int, int]:
@@ -133,7 +64,6 @@ def _mlx_geometry(words: int, groups: int, group_size: int | None, bits: int | N
                              f"{groups} groups of {group_size}; pass bits=")
         bits = 32 * words // (groups * group_size)
     row = table.mlx_format(bits)  # raises for a width MLX has but torch-uqr lacks, or a wrong shape
-    # (every header dtype has the same widths and group sizes, so the fp16 row answers for all)
     if group_size is None:
         if (32 * words) % (groups * bits):
             raise ValueError(f"wq has {words} words per row, not whole groups of {bits}-bit codes for {groups} groups")
@@ -145,25 +75,18 @@ def _mlx_geometry(words: int, groups: int, group_size: int | None, bits: int | N
     return group_size, bits
 
 
-def from_mlx(wq, scales, biases, group_size: int | None = None, bits: int | None = None, *,
-             scale_dtype: str | None = None, compact: bool = False) -> QTensor:
-    """MLX affine arrays (``mx.quantize(w, group_size, bits)``) -> an MLX-family ``QTensor``, a pure
+def from_mlx(wq, scales, biases, group_size: int | None = None, bits: int | None = None) -> QTensor:
+    """MLX affine arrays (``mx.quantize(w, group_size, bits)``) -> ``QTensor("mlx<bits>")``, a pure
     repack (no value changes).
 
-    wq: uint32 ``[N, K * bits / 32]``; scales, biases: ``[N, K/g]``, numpy, torch or mlx arrays.
-    MLX keeps them in the model's dtype, and so does the result: fp16 gives ``mlx<bits>``, bf16
-    ``mlx<bits>_bf16``, fp32 ``mlx<bits>_f32`` (mixed fp16 / bf16: fp32; any other dtype: the
-    narrowest of the three that holds every value). ``scale_dtype`` ("f16", "bf16", "f32") asks for
-    that row instead; without it, ``compact=True`` takes the fp16 row whenever every scale and bias
-    is exactly an fp16 value (the fp16 rows have the most kernels: CUDA tensor cores and CPU int8 for mlx4;
-    :func:`to_mlx` then gives fp16 back). A value the chosen dtype cannot hold raises ``ValueError``;
-    nothing is ever rounded. Negative scales are fine. ``bits`` and ``group_size`` are MLX's
-    arguments of the same names; either one follows from the shapes and the other (neither: group
-    size 64, MLX's default), so the weight's bit width need not be known.
+    wq: uint32 ``[N, K * bits / 32]``; scales, biases: ``[N, K/g]`` (fp16, or any dtype whose values
+    fp16 holds exactly; anything else raises ``ValueError``). Negative scales are fine. ``bits`` and
+    ``group_size`` are MLX's arguments of the same names; either one follows from the shapes and the
+    other (neither: group size 64, MLX's default), so the weight's bit width need not be known.
     """
-    sc, sc_tag = _field_values(scales, "scales")
-    bi, bi_tag = _field_values(biases, "biases")
     wq = _to_numpy(wq, "wq")
+    sc = _to_numpy(scales, "scales")
+    bi = _to_numpy(biases, "biases")
     if wq.dtype != np.uint32 or wq.ndim != 2:
         raise ValueError(f"wq must be a 2-D uint32 array [N, K * bits / 32], got {wq.dtype} with shape {wq.shape}")
     N, words = wq.shape
@@ -174,77 +97,35 @@ def from_mlx(wq, scales, biases, group_size: int | None = None, bits: int | None
     if bi.shape != sc.shape:
         raise ValueError(f"biases must have the shape of scales {sc.shape}, got {bi.shape}")
     g, bits = _mlx_geometry(words, sc.shape[1], group_size, bits)
-    for name, a in (("scales", sc), ("biases", bi)):
-        if not np.isfinite(a).all():
-            raise ValueError(f"mlx{bits}: {name} contain NaN or Inf")
-    dtype = _pick_field_dtype(sc, bi, (sc_tag, bi_tag), scale_dtype, compact)
-    row = table.mlx_format(bits, dtype)
-    fmt = row.name
+    fmt = f"mlx{bits}"
     K = sc.shape[1] * g
-    _require_exact(sc, dtype, "scales", fmt)
-    _require_exact(bi, dtype, "biases", fmt)
+    sc16 = _exact_f16(sc, "scales", fmt)
+    bi16 = _exact_f16(bi, "biases", fmt)
+    for name, a in (("scales", sc16), ("biases", bi16)):
+        if not np.isfinite(a).all():
+            raise ValueError(f"{fmt}: {name} contain NaN or Inf")
     # uint32 words are little-endian, so their bytes are already MLX's LSB-first code stream; a
     # group's g * bits / 8 bytes are whole words (g is a multiple of 32).
     code_bytes = g * bits // 8
     qs = np.ascontiguousarray(wq.astype("<u4")).view(np.uint8).reshape(N, K // g, code_bytes)
-    blocks = np.concatenate([_field_bytes(sc, dtype), _field_bytes(bi, dtype), qs], axis=2)
+    blocks = np.concatenate([sc16.reshape(N, -1, 1).view(np.uint8).reshape(N, -1, 2),
+                             bi16.reshape(N, -1, 1).view(np.uint8).reshape(N, -1, 2), qs], axis=2)
     return QTensor(torch.from_numpy(blocks.reshape(N, -1)), fmt, (N, K), g)
 
 
-_ARRAY_KINDS = ("auto", "numpy", "torch", "mlx")
-
-
-def _field_array(raw: np.ndarray, dtype: str, array: str):
-    """Header fields ``raw`` (uint8 ``[N, G, size]``) as an array of their dtype, of kind ``array``."""
-    N, G, _ = raw.shape
-    raw = np.ascontiguousarray(raw)
-    if dtype == "bf16":
-        t = torch.from_numpy(raw.view("<i2").reshape(N, G).astype(np.int16)).view(torch.bfloat16)
-        if array == "mlx":
-            import mlx.core as mx
-            return mx.array(raw.view("<u2").reshape(N, G).astype(np.uint16)).view(mx.bfloat16)
-        return t
-    a = raw.view("<f2" if dtype == "f16" else "<f4").reshape(N, G).astype(np.float16 if dtype == "f16" else np.float32)
-    if array == "torch":
-        return torch.from_numpy(a)
-    if array == "mlx":
-        import mlx.core as mx
-        return mx.array(a)
-    return a
-
-
-def to_mlx(qt: QTensor, array: str = "auto"):
-    """An MLX-family ``QTensor`` -> MLX's ``(wq uint32 [N, K * bits / 32], scales [N, K/g],
-    biases [N, K/g])``, for ``mx.dequantize`` / ``mx.quantized_matmul`` with
-    ``group_size=qt.group_size, bits=<bits>``; scales and biases in the row's dtype (fp16 for
-    ``mlx<bits>``, bf16 for ``mlx<bits>_bf16``, fp32 for ``mlx<bits>_f32``), the dtype
-    :func:`from_mlx` was given.
-
-    array: the kind of the three arrays: "numpy", "torch" (wq as ``torch.uint32``) or "mlx"; "auto"
-    (the default) gives numpy arrays, except that numpy has no bfloat16, so a bf16 row's scales and
-    biases come as ``torch.bfloat16`` tensors (``mx.array`` takes them as they are).
-    """
+def to_mlx(qt: QTensor) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``QTensor("mlx<bits>")`` -> MLX's ``(wq uint32 [N, K * bits / 32], scales fp16 [N, K/g],
+    biases fp16 [N, K/g])``, for ``mx.dequantize`` / ``mx.quantized_matmul`` with
+    ``group_size=qt.group_size, bits=<bits>``."""
     if not isinstance(qt, QTensor) or table.spec(qt.fmt).family != "mlx":
         names = ", ".join(f.name for f in table.family("mlx"))
         raise ValueError(f"to_mlx needs a QTensor of an MLX format ({names}), got {qt!r}")
-    if array not in _ARRAY_KINDS:
-        raise ValueError(f"array: expected one of {_ARRAY_KINDS}, got {array!r}")
-    row = table.spec(qt.fmt)
     N, K, g = qt.N, qt.K, qt.group_size
-    bits, header, dtype = row.code_bits, row.header_bytes, row.scale_dtype
-    field = header // 2
-    if array == "numpy" and dtype == "bf16":
-        raise ValueError(f"to_mlx: numpy has no bfloat16 for {qt.fmt}'s scales and biases; "
-                         f"pass array='auto', 'torch' or 'mlx'")
-    blocks = qt.data.detach().cpu().numpy().reshape(N, K // g, header + g * bits // 8)
-    scales = _field_array(blocks[:, :, :field], dtype, array)
-    biases = _field_array(blocks[:, :, field:header], dtype, array)
-    wq = np.ascontiguousarray(blocks[:, :, header:]).reshape(N, K * bits // 8).view("<u4").astype(np.uint32)
-    if array == "torch":
-        wq = torch.from_numpy(wq.view(np.int32)).view(torch.uint32)
-    elif array == "mlx":
-        import mlx.core as mx
-        wq = mx.array(wq)
+    bits = table.spec(qt.fmt).code_bits
+    blocks = qt.data.detach().cpu().numpy().reshape(N, K // g, 4 + g * bits // 8)
+    scales = np.ascontiguousarray(blocks[:, :, 0:2]).view(np.float16).reshape(N, K // g)
+    biases = np.ascontiguousarray(blocks[:, :, 2:4]).view(np.float16).reshape(N, K // g)
+    wq = np.ascontiguousarray(blocks[:, :, 4:]).reshape(N, K * bits // 8).view("<u4").astype(np.uint32)
     return wq, scales, biases
 
 

@@ -40,38 +40,28 @@ struct GenericDecoder {
   }
 };
 
-// The MLX family's rows other than mlx4 (the bitstream widths, and every width with a bf16 or fp32
-// header), every ISA: a chunk of 8 codes is exactly B bytes from byte B chunk, so one little-endian
-// load of those bytes holds all 8 and shifts split them (uqr_decode8_mlx_family reads byte by
-// byte). scale q + bias: with an fp16 / bf16 scale the product is exact, so a contracted FMA rounds
-// the same as the reference; an fp32 scale's product is rounded on its own (uqr_mul_rn), as there.
+// The MLX family's bitstream widths (mlx2/3/5/6/8), every ISA: a chunk of 8 codes is exactly B
+// bytes from byte B chunk, so one little-endian load of those bytes holds all 8 and shifts split
+// them (uqr_decode8_mlx_bits reads byte by byte). scale q + bias: the product is exact, so a
+// contracted FMA rounds the same as the reference.
 template <int FMT, int G>
 struct MlxBitsDecoder : GenericDecoder<FMT, G> {
   static constexpr int kBits = uqr_code_bits(FMT);
-  static constexpr int kDtype = uqr_scale_dtype(FMT);
-  static constexpr int kHeader = uqr_header_bytes(FMT);
   static_assert(kBits > 0 && kBits <= 8, "an MLX-family width");
-  static inline float field(const uint8_t* p) {
-    if constexpr (kDtype == UQR_SCALE_F16) return load_half(p);
-    else return uqr_load_scale(p, kDtype);
-  }
   static inline void decode(const uint8_t* blk, vf* out) {
-    const float s = field(blk), b = field(blk + kHeader / 2);
+    const float s = load_half(blk), b = load_half(blk + 2);
     alignas(64) float tmp[G];
     for (int c = 0; c < G / 8; ++c) {
       uint64_t v = 0;
-      std::memcpy(&v, blk + kHeader + kBits * c, kBits);  // the host is little-endian (x86-64, aarch64)
-      for (int i = 0; i < 8; ++i) {
-        const float q = static_cast<float>((v >> (kBits * i)) & ((1u << kBits) - 1u));
-        if constexpr (kDtype == UQR_SCALE_F32) tmp[8 * c + i] = uqr_mul_rn(q, s) + b;
-        else tmp[8 * c + i] = q * s + b;
-      }
+      std::memcpy(&v, blk + 4 + kBits * c, kBits);  // the host is little-endian (x86-64, aarch64)
+      for (int i = 0; i < 8; ++i)
+        tmp[8 * c + i] = static_cast<float>((v >> (kBits * i)) & ((1u << kBits) - 1u)) * s + b;
     }
     for (int v = 0; v < G / kLanes; ++v) out[v] = vload(tmp + kLanes * v);
   }
 };
 
-// Grouped formats (mlx4 with fp16 headers has its own nibble decoders below) take MlxBitsDecoder, the others the
+// Grouped formats (mlx4 has its own nibble decoders below) take MlxBitsDecoder, the others the
 // shared scalar decoder unless specialized below.
 template <int FMT, int G = 0>
 struct BlockDecoder : std::conditional_t<(uqr_code_bits(FMT) > 0), MlxBitsDecoder<FMT, G>, GenericDecoder<FMT, G>> {};

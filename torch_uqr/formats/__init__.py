@@ -4,42 +4,18 @@ format table (``table.py``).
 Each module defines ``NAME``, ``BLOCK`` (elements per block), ``BLOCK_BYTES`` and
 ``quantize(w, group_size)``, ``decode(data, N, K, group_size)``, ``validate(data, N, K, group_size)``
 and ``random_blocks(N, K, generator, group_size)``. ``group_size`` only means something for a
-grouped format (the MLX family ``mlx2`` ... ``mlx8`` and its ``_bf16`` / ``_f32`` header rows,
-whose block is one group); the other formats take 0.
-
-A family row without a module file of its own (the MLX family's bf16 and fp32 header rows) gets
-its family module's ``bind(name)``, registered as ``torch_uqr.formats.<name>``.
+grouped format (the MLX family ``mlx2`` ... ``mlx8``, whose block is one group); the other formats take 0.
 """
 from __future__ import annotations
 
 import importlib
-import sys
 from types import ModuleType
 
 from .table import BY_NAME, NAMES, TABLE
 
 __all__ = ["REGISTRY", "NAMES", "get", "block_geometry", "resolve_group_size"]
 
-
-
-def _load(row) -> ModuleType:
-    """The module of ``row``: its own file, else (a family row) its family module bound to it."""
-    name = f"{__name__}.{row.name}"
-    try:
-        return importlib.import_module(name)
-    except ModuleNotFoundError as e:
-        if e.name != name or not row.family:
-            raise
-    bound = importlib.import_module(f"{__name__}._{row.family}").bind(row.name)
-    module = ModuleType(name, f"{row.origin}, ``{row.name}``: the {row.family} family (``_{row.family}.py``) "
-                              f"bound to its table row.")
-    module.__dict__.update(vars(bound))
-    sys.modules[name] = module
-    setattr(sys.modules[__name__], row.name, module)
-    return module
-
-
-REGISTRY: dict[str, ModuleType] = {f.name: _load(f) for f in TABLE}
+REGISTRY: dict[str, ModuleType] = {f.name: importlib.import_module(f"{__name__}.{f.name}") for f in TABLE}
 
 
 def _check_modules() -> None:

@@ -8,8 +8,7 @@ from __future__ import annotations
 import torch
 
 __all__ = [
-    "as_blocks", "read_f16", "f16_field", "FIELD_DTYPES", "read_field", "write_field", "read_u8", "read_bits",
-    "write_bits",
+    "as_blocks", "read_f16", "f16_field", "read_u8", "read_bits", "write_bits",
     "read_codes", "write_codes", "round_half_away", "random_f16",
 ]
 
@@ -27,23 +26,6 @@ def read_f16(blocks: torch.Tensor, offset: int) -> torch.Tensor:
 def f16_field(values: torch.Tensor) -> torch.Tensor:
     """fp16 values ``[n]`` (already rounded to fp16) as their two little-endian bytes ``[n, 2]``."""
     return values.to(torch.float16).reshape(-1, 1).view(torch.uint8)
-
-
-#: torch dtype of each header field dtype of the format table ("f16", "bf16", "f32").
-FIELD_DTYPES: dict[str, torch.dtype] = {"f16": torch.float16, "bf16": torch.bfloat16, "f32": torch.float32}
-
-
-def read_field(blocks: torch.Tensor, offset: int, dtype: str) -> torch.Tensor:
-    """The little-endian ``dtype`` field ("f16", "bf16", "f32") at byte ``offset`` of every block, as
-    float32 ``[n_blocks]`` (exact: float32 holds every value of the three)."""
-    t = FIELD_DTYPES[dtype]
-    size = t.itemsize
-    return blocks[:, offset:offset + size].contiguous().view(t).reshape(-1).float()
-
-
-def write_field(values: torch.Tensor, dtype: str) -> torch.Tensor:
-    """Values ``[n]`` (already representable in ``dtype``) as their little-endian bytes ``[n, size]``."""
-    return values.to(FIELD_DTYPES[dtype]).reshape(-1, 1).view(torch.uint8)
 
 
 def read_u8(blocks: torch.Tensor, offset: int, count: int) -> torch.Tensor:

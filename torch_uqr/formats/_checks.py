@@ -23,15 +23,14 @@ def first_bad(mask: torch.Tensor) -> int:
     return int(hits[0, 0]) if hits.numel() else -1
 
 
-def require_finite_f16(values: torch.Tensor, fmt: str, field: str, kind: str = "fp16") -> None:
-    """Reject NaN/Inf fp16 scales (``kind``: the field's dtype, for the message): a kernel would
-    silently spread them over a whole block."""
+def require_finite_f16(values: torch.Tensor, fmt: str, field: str) -> None:
+    """Reject NaN/Inf fp16 scales: a kernel would silently spread them over a whole block."""
     finite = torch.isfinite(values)
     if bool(finite.all()):  # the usual case, in two ops: loading a model runs this per tensor slice
         return
     bad = first_bad(~finite)
     if bad >= 0:
-        raise ValueError(f"{fmt}: block {bad} has a non-finite {kind} {field} ({values.reshape(-1)[bad].item()}); "
+        raise ValueError(f"{fmt}: block {bad} has a non-finite fp16 {field} ({values.reshape(-1)[bad].item()}); "
                          f"only finite scales are accepted")
 
 

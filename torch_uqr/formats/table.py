@@ -19,8 +19,7 @@ import sys
 from dataclasses import dataclass, field
 
 __all__ = ["FormatSpec", "TABLE", "BY_NAME", "NAMES", "PATHS", "BACKENDS", "spec", "names_with_path",
-           "format_cases", "family", "mlx_format", "MLX_GROUP_SIZES", "MLX_BITS", "SCALE_DTYPES", "quoted_names",
-           "render_c_header", "C_HEADER"]
+           "format_cases", "family", "mlx_format", "MLX_GROUP_SIZES", "quoted_names", "render_c_header", "C_HEADER"]
 
 #: Backends of the operator: CPU kernels, CUDA kernels, Metal shaders (MPS, and the CPU emulator).
 BACKENDS: tuple[str, ...] = ("cpu", "cuda", "metal")
@@ -43,12 +42,9 @@ class FormatSpec:
         default_group_size: the group size used when the caller gives none.
         code_bits: bits per weight code of a grouped format (its block is a fixed header, then
             ``group_size * code_bits / 8`` bytes of codes).
-        family: the name shared by formats whose layout differs only in ``code_bits`` and
-            ``scale_dtype`` ("mlx": MLX's affine quantization, scale + bias + an LSB-first bitstream
-            of codes); code that handles a family reads the bit width and the header's dtype from
-            the row, never from a list of names.
-        scale_dtype: the dtype of a family row's scale and bias ("f16", "bf16" or "f32"; the
-            header is two of them, 4 or 8 bytes). MLX keeps them in the model's dtype.
+        family: the name shared by formats whose layout differs only in ``code_bits`` ("mlx": MLX's
+            affine quantization, half scale + half bias + an LSB-first bitstream of codes); code
+            that handles a family reads the bit width from the row, never from a list of names.
         cuda_qmma: the CUDA tensor-core kernels (``qmma_*``, csrc/cuda/qmma_traits.cuh) have a slot
             for it; without one, CUDA runs it through the Triton and decode-to-dense paths.
         extra_paths: path name -> backends that have it, beyond "auto" and "mma".
@@ -63,7 +59,6 @@ class FormatSpec:
     default_group_size: int = 0
     code_bits: int = 0
     family: str = ""
-    scale_dtype: str = "f16"
     cuda_qmma: bool = True
     extra_paths: dict[str, tuple[str, ...]] = field(default_factory=dict)
     gguf_type: str | None = None
@@ -93,30 +88,14 @@ class FormatSpec:
 
 
 _INT8 = {"int8": ("cpu", "cuda")}
-#: Header field dtypes of a family row: bytes per field and the C constant (uqr_scale_dtype).
-SCALE_DTYPES: dict[str, tuple[int, str]] = {"f16": (2, "UQR_SCALE_F16"), "bf16": (2, "UQR_SCALE_BF16"),
-                                            "f32": (4, "UQR_SCALE_F32")}
-#: The bit widths MLX quantizes with (``mx.quantize(..., bits=)``), each a family row per scale dtype.
-MLX_BITS = (2, 3, 4, 5, 6, 8)
 #: MLX's group sizes (``mx.quantize(..., group_size=)``); 64 is its default.
 MLX_GROUP_SIZES = (32, 64, 128)
 
 
-def _mlx(bits: int, id: int, scale_dtype: str = "f16", **kw) -> FormatSpec:
-    """A row of the MLX affine family: ``T scale; T bias; codes[g * bits / 8]`` per group, T the
-    row's ``scale_dtype``; named ``mlx<bits>`` for fp16 (the compact row) and ``mlx<bits>_<dtype>``
-    otherwise."""
-    header = 2 * SCALE_DTYPES[scale_dtype][0]
-    name = f"mlx{bits}" if scale_dtype == "f16" else f"mlx{bits}_{scale_dtype}"
-    origin = f"MLX affine {bits}-bit" + ("" if scale_dtype == "f16" else f", {scale_dtype} scales")
-    return FormatSpec(name, id, 64, header + 64 * bits // 8, origin, group_sizes=MLX_GROUP_SIZES,
-                      default_group_size=64, code_bits=bits, family="mlx", scale_dtype=scale_dtype, **kw)
-
-
-def _mlx_rows(first_id: int, scale_dtype: str) -> tuple[FormatSpec, ...]:
-    """The family rows of one header dtype, every width, ids from ``first_id`` on. Only mlx4 with
-    fp16 headers has CUDA tensor-core traits."""
-    return tuple(_mlx(b, first_id + i, scale_dtype, cuda_qmma=False) for i, b in enumerate(MLX_BITS))
+def _mlx(bits: int, id: int, **kw) -> FormatSpec:
+    """A row of the MLX affine family: ``half scale; half bias; codes[g * bits / 8]`` per group."""
+    return FormatSpec(f"mlx{bits}", id, 64, 4 + 64 * bits // 8, f"MLX affine {bits}-bit", group_sizes=MLX_GROUP_SIZES,
+                      default_group_size=64, code_bits=bits, family="mlx", **kw)
 
 
 TABLE: tuple[FormatSpec, ...] = (
@@ -145,10 +124,6 @@ TABLE: tuple[FormatSpec, ...] = (
     _mlx(5, 19, cuda_qmma=False),
     _mlx(6, 20, cuda_qmma=False),
     _mlx(8, 21, cuda_qmma=False),
-    # MLX keeps scales and biases in the model's dtype: bf16 (most published models) and fp32
-    # headers, every width, so that from_mlx imports them without rounding.
-    *_mlx_rows(22, "bf16"),
-    *_mlx_rows(28, "f32"),
 )
 
 BY_NAME: dict[str, FormatSpec] = {f.name: f for f in TABLE}
@@ -160,17 +135,12 @@ def family(name: str) -> tuple[FormatSpec, ...]:
     return tuple(f for f in TABLE if f.family == name)
 
 
-def mlx_format(bits: int, scale_dtype: str = "f16") -> FormatSpec:
-    """The MLX-family row whose codes have ``bits`` bits and whose scales and biases are
-    ``scale_dtype`` ("f16", "bf16", "f32"); ``ValueError`` naming the choices otherwise."""
-    rows = family("mlx")
-    for f in rows:
-        if f.code_bits == bits and f.scale_dtype == scale_dtype:
+def mlx_format(bits: int) -> FormatSpec:
+    """The MLX-family row whose codes have ``bits`` bits; ``ValueError`` naming the widths otherwise."""
+    for f in family("mlx"):
+        if f.code_bits == bits:
             return f
-    if not any(f.code_bits == bits for f in rows):
-        raise ValueError(f"MLX bits={bits!r} has no format; expected one of {sorted({f.code_bits for f in rows})}")
-    raise ValueError(f"MLX scale dtype {scale_dtype!r} has no format; expected one of "
-                     f"{sorted({f.scale_dtype for f in rows})}")
+    raise ValueError(f"MLX bits={bits!r} has no format; expected one of {sorted(f.code_bits for f in family('mlx'))}")
 
 
 def spec(fmt: str) -> FormatSpec:
@@ -210,13 +180,8 @@ def _check_table() -> None:
             # Every group size is a whole number of 8-code chunks of whole bytes (the decoders'
             # unit: chunk c's codes are bytes [c bits, (c + 1) bits) of the codes).
             assert all(g % 32 == 0 for g in f.group_sizes) and f.code_bits <= 8
-        assert f.scale_dtype in SCALE_DTYPES, f.scale_dtype
         if f.family == "mlx":
-            suffix = "" if f.scale_dtype == "f16" else f"_{f.scale_dtype}"
-            assert f.grouped and f.header_bytes == 2 * SCALE_DTYPES[f.scale_dtype][0], f.name
-            assert f.name == f"mlx{f.code_bits}{suffix}", f.name
-    mlx = [(f.code_bits, f.scale_dtype) for f in family("mlx")]
-    assert len(mlx) == len(set(mlx)), "one MLX row per (bits, scale dtype)"
+            assert f.grouped and f.header_bytes == 4 and f.name == f"mlx{f.code_bits}", f.name
 
 
 _check_table()
@@ -278,14 +243,6 @@ def render_c_header() -> str:
               f"UQR_FN constexpr bool uqr_group_size_ok(int fmt, int g) {{ return {ok or 'false'} : false; }}",
               "// Bits per code of a grouped format (0: a fixed-block format).",
               f"UQR_FN constexpr int uqr_code_bits(int fmt) {{ return {bits or '0'} : 0; }}", ""]
-    wide = [f for f in grouped if f.scale_dtype != "f16"]
-    dtype = "".join(f"fmt == UQR_{f.name.upper()} ? {SCALE_DTYPES[f.scale_dtype][1]} : " for f in wide)
-    hdr = "".join(f"fmt == UQR_{f.name.upper()} ? {f.header_bytes} : " for f in grouped if f.header_bytes != 4)
-    lines += ["// The dtype of a grouped format's scale and bias (its header is the two, scale first).",
-              *[f"#define {c} {i}" for i, (_, c) in enumerate(SCALE_DTYPES.values())],
-              f"UQR_FN constexpr int uqr_scale_dtype(int fmt) {{ return {dtype}UQR_SCALE_F16; }}",
-              "// Bytes of a grouped format's header, before its codes.",
-              f"UQR_FN constexpr int uqr_header_bytes(int fmt) {{ return {hdr}4; }}", ""]
     lines.append(f"#define UQR_FORMAT_NAMES \"{quoted_names(NAMES)}\"")
     for path in PATHS:
         if path in _ALWAYS:

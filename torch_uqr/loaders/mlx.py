@@ -1,11 +1,10 @@
-"""Load an MLX quantized checkpoint (safetensors) keeping its groups as MLX-family QTensors.
+"""Load an MLX quantized checkpoint (safetensors) keeping its groups as ``mlx<bits>`` QTensors.
 
 MLX stores a quantized linear as ``<name>.weight`` (uint32 words of packed ``bits``-bit codes),
 ``<name>.scales`` and ``<name>.biases`` (one per group); config.json's ``quantization`` gives
 ``group_size`` and ``bits``, and mixed-precision models (mlx_lm's quantization predicates) add a
 ``{group_size, bits}`` entry under a layer's name there. Each triple becomes one QTensor via the
-lossless ``torch_uqr.from_mlx``, whose row follows the scales' dtype as stored (fp16: ``mlx<bits>``,
-bf16: ``mlx<bits>_bf16``, fp32: ``mlx<bits>_f32``); every other tensor is returned as it is.
+lossless ``torch_uqr.from_mlx``; every other tensor is returned as it is.
 """
 from __future__ import annotations
 
@@ -38,8 +37,7 @@ def _layer_quant(q: dict, base: str) -> tuple[Optional[int], Optional[int]]:
 def load_mlx(path: Union[str, os.PathLike], group_size: Optional[int] = None) -> dict[str, Union[QTensor, torch.Tensor]]:
     """Tensors of an MLX checkpoint (a .safetensors file or a folder with config.json).
 
-    Returns ``{name: tensor}`` where each quantized ``<layer>.weight`` is an MLX-family QTensor
-    (``mlx<bits>``, or ``mlx<bits>_bf16`` / ``mlx<bits>_f32`` for bf16 / fp32 scales)
+    Returns ``{name: tensor}`` where each quantized ``<layer>.weight`` is an ``mlx<bits>`` QTensor
     of shape ``(N, K)`` (its ``.scales`` / ``.biases`` are consumed). The bit width comes from
     config.json (per layer where it has an entry for it); the group size from ``group_size``, else
     config.json, else the array shapes. A file without config.json is read as MLX's default
@@ -72,8 +70,8 @@ def load_mlx(path: Union[str, os.PathLike], group_size: Optional[int] = None) ->
         if g is None and bits is None:
             bits = 4
         try:
-            # scales and biases as stored (fp16, bf16 or fp32): from_mlx keeps their dtype
-            out[wkey] = from_mlx(wq.view(torch.int32).numpy().view("uint32"), scales, biases, group_size=g, bits=bits)
+            out[wkey] = from_mlx(wq.view(torch.int32).numpy().view("uint32"), scales.float().numpy(),
+                                 biases.float().numpy(), group_size=g, bits=bits)
         except ValueError as e:
             raise ValueError(f"{path!r}: {base!r}: {e}") from e
         consumed.update((wkey, key, bkey))

@@ -26,19 +26,7 @@ enum uqr_format {
   UQR_MLX5 = 19,
   UQR_MLX6 = 20,
   UQR_MLX8 = 21,
-  UQR_MLX2_BF16 = 22,
-  UQR_MLX3_BF16 = 23,
-  UQR_MLX4_BF16 = 24,
-  UQR_MLX5_BF16 = 25,
-  UQR_MLX6_BF16 = 26,
-  UQR_MLX8_BF16 = 27,
-  UQR_MLX2_F32 = 28,
-  UQR_MLX3_F32 = 29,
-  UQR_MLX4_F32 = 30,
-  UQR_MLX5_F32 = 31,
-  UQR_MLX6_F32 = 32,
-  UQR_MLX8_F32 = 33,
-  UQR_NUM_FORMATS = 34
+  UQR_NUM_FORMATS = 22
 };
 
 // Elements and bytes per block (a grouped format: at its default group size).
@@ -86,34 +74,10 @@ enum uqr_format {
 #define UQR_MLX6_BYTES 52
 #define UQR_MLX8_BLOCK 64
 #define UQR_MLX8_BYTES 68
-#define UQR_MLX2_BF16_BLOCK 64
-#define UQR_MLX2_BF16_BYTES 20
-#define UQR_MLX3_BF16_BLOCK 64
-#define UQR_MLX3_BF16_BYTES 28
-#define UQR_MLX4_BF16_BLOCK 64
-#define UQR_MLX4_BF16_BYTES 36
-#define UQR_MLX5_BF16_BLOCK 64
-#define UQR_MLX5_BF16_BYTES 44
-#define UQR_MLX6_BF16_BLOCK 64
-#define UQR_MLX6_BF16_BYTES 52
-#define UQR_MLX8_BF16_BLOCK 64
-#define UQR_MLX8_BF16_BYTES 68
-#define UQR_MLX2_F32_BLOCK 64
-#define UQR_MLX2_F32_BYTES 24
-#define UQR_MLX3_F32_BLOCK 64
-#define UQR_MLX3_F32_BYTES 32
-#define UQR_MLX4_F32_BLOCK 64
-#define UQR_MLX4_F32_BYTES 40
-#define UQR_MLX5_F32_BLOCK 64
-#define UQR_MLX5_F32_BYTES 48
-#define UQR_MLX6_F32_BLOCK 64
-#define UQR_MLX6_F32_BYTES 56
-#define UQR_MLX8_F32_BLOCK 64
-#define UQR_MLX8_F32_BYTES 72
 
 // Elements and bytes of one block of `fmt` (g: a grouped format's group size; 0 if unknown).
-UQR_FN constexpr int uqr_block_elems(int fmt, int g) { return fmt == UQR_Q4_0 ? 32 : fmt == UQR_Q4_1 ? 32 : fmt == UQR_Q8_0 ? 32 : fmt == UQR_Q4_K ? 256 : fmt == UQR_MLX4 ? g : fmt == UQR_VAR_AFFINE ? 256 : fmt == UQR_EXL3 ? 256 : fmt == UQR_TERNARY ? 32 : fmt == UQR_Q5_0 ? 32 : fmt == UQR_Q5_1 ? 32 : fmt == UQR_Q6_K ? 256 : fmt == UQR_Q5_K ? 256 : fmt == UQR_IQ4_NL ? 32 : fmt == UQR_IQ4_XS ? 256 : fmt == UQR_Q3_K ? 256 : fmt == UQR_Q2_K ? 256 : fmt == UQR_MXFP4 ? 32 : fmt == UQR_MLX2 ? g : fmt == UQR_MLX3 ? g : fmt == UQR_MLX5 ? g : fmt == UQR_MLX6 ? g : fmt == UQR_MLX8 ? g : fmt == UQR_MLX2_BF16 ? g : fmt == UQR_MLX3_BF16 ? g : fmt == UQR_MLX4_BF16 ? g : fmt == UQR_MLX5_BF16 ? g : fmt == UQR_MLX6_BF16 ? g : fmt == UQR_MLX8_BF16 ? g : fmt == UQR_MLX2_F32 ? g : fmt == UQR_MLX3_F32 ? g : fmt == UQR_MLX4_F32 ? g : fmt == UQR_MLX5_F32 ? g : fmt == UQR_MLX6_F32 ? g : fmt == UQR_MLX8_F32 ? g : 0; }
-UQR_FN constexpr int uqr_block_bytes(int fmt, int g) { return fmt == UQR_Q4_0 ? 18 : fmt == UQR_Q4_1 ? 20 : fmt == UQR_Q8_0 ? 34 : fmt == UQR_Q4_K ? 144 : fmt == UQR_MLX4 ? 4 + g * 4 / 8 : fmt == UQR_VAR_AFFINE ? 160 : fmt == UQR_EXL3 ? 144 : fmt == UQR_TERNARY ? 12 : fmt == UQR_Q5_0 ? 22 : fmt == UQR_Q5_1 ? 24 : fmt == UQR_Q6_K ? 210 : fmt == UQR_Q5_K ? 176 : fmt == UQR_IQ4_NL ? 18 : fmt == UQR_IQ4_XS ? 136 : fmt == UQR_Q3_K ? 110 : fmt == UQR_Q2_K ? 84 : fmt == UQR_MXFP4 ? 17 : fmt == UQR_MLX2 ? 4 + g * 2 / 8 : fmt == UQR_MLX3 ? 4 + g * 3 / 8 : fmt == UQR_MLX5 ? 4 + g * 5 / 8 : fmt == UQR_MLX6 ? 4 + g * 6 / 8 : fmt == UQR_MLX8 ? 4 + g * 8 / 8 : fmt == UQR_MLX2_BF16 ? 4 + g * 2 / 8 : fmt == UQR_MLX3_BF16 ? 4 + g * 3 / 8 : fmt == UQR_MLX4_BF16 ? 4 + g * 4 / 8 : fmt == UQR_MLX5_BF16 ? 4 + g * 5 / 8 : fmt == UQR_MLX6_BF16 ? 4 + g * 6 / 8 : fmt == UQR_MLX8_BF16 ? 4 + g * 8 / 8 : fmt == UQR_MLX2_F32 ? 8 + g * 2 / 8 : fmt == UQR_MLX3_F32 ? 8 + g * 3 / 8 : fmt == UQR_MLX4_F32 ? 8 + g * 4 / 8 : fmt == UQR_MLX5_F32 ? 8 + g * 5 / 8 : fmt == UQR_MLX6_F32 ? 8 + g * 6 / 8 : fmt == UQR_MLX8_F32 ? 8 + g * 8 / 8 : 0; }
+UQR_FN constexpr int uqr_block_elems(int fmt, int g) { return fmt == UQR_Q4_0 ? 32 : fmt == UQR_Q4_1 ? 32 : fmt == UQR_Q8_0 ? 32 : fmt == UQR_Q4_K ? 256 : fmt == UQR_MLX4 ? g : fmt == UQR_VAR_AFFINE ? 256 : fmt == UQR_EXL3 ? 256 : fmt == UQR_TERNARY ? 32 : fmt == UQR_Q5_0 ? 32 : fmt == UQR_Q5_1 ? 32 : fmt == UQR_Q6_K ? 256 : fmt == UQR_Q5_K ? 256 : fmt == UQR_IQ4_NL ? 32 : fmt == UQR_IQ4_XS ? 256 : fmt == UQR_Q3_K ? 256 : fmt == UQR_Q2_K ? 256 : fmt == UQR_MXFP4 ? 32 : fmt == UQR_MLX2 ? g : fmt == UQR_MLX3 ? g : fmt == UQR_MLX5 ? g : fmt == UQR_MLX6 ? g : fmt == UQR_MLX8 ? g : 0; }
+UQR_FN constexpr int uqr_block_bytes(int fmt, int g) { return fmt == UQR_Q4_0 ? 18 : fmt == UQR_Q4_1 ? 20 : fmt == UQR_Q8_0 ? 34 : fmt == UQR_Q4_K ? 144 : fmt == UQR_MLX4 ? 4 + g * 4 / 8 : fmt == UQR_VAR_AFFINE ? 160 : fmt == UQR_EXL3 ? 144 : fmt == UQR_TERNARY ? 12 : fmt == UQR_Q5_0 ? 22 : fmt == UQR_Q5_1 ? 24 : fmt == UQR_Q6_K ? 210 : fmt == UQR_Q5_K ? 176 : fmt == UQR_IQ4_NL ? 18 : fmt == UQR_IQ4_XS ? 136 : fmt == UQR_Q3_K ? 110 : fmt == UQR_Q2_K ? 84 : fmt == UQR_MXFP4 ? 17 : fmt == UQR_MLX2 ? 4 + g * 2 / 8 : fmt == UQR_MLX3 ? 4 + g * 3 / 8 : fmt == UQR_MLX5 ? 4 + g * 5 / 8 : fmt == UQR_MLX6 ? 4 + g * 6 / 8 : fmt == UQR_MLX8 ? 4 + g * 8 / 8 : 0; }
 
 // X(ENUM, "name") for every format, in id order.
 #define UQR_FORMAT_LIST(X) \
@@ -139,18 +103,6 @@ UQR_FN constexpr int uqr_block_bytes(int fmt, int g) { return fmt == UQR_Q4_0 ? 
   X(UQR_MLX5, "mlx5") \
   X(UQR_MLX6, "mlx6") \
   X(UQR_MLX8, "mlx8") \
-  X(UQR_MLX2_BF16, "mlx2_bf16") \
-  X(UQR_MLX3_BF16, "mlx3_bf16") \
-  X(UQR_MLX4_BF16, "mlx4_bf16") \
-  X(UQR_MLX5_BF16, "mlx5_bf16") \
-  X(UQR_MLX6_BF16, "mlx6_bf16") \
-  X(UQR_MLX8_BF16, "mlx8_bf16") \
-  X(UQR_MLX2_F32, "mlx2_f32") \
-  X(UQR_MLX3_F32, "mlx3_f32") \
-  X(UQR_MLX4_F32, "mlx4_f32") \
-  X(UQR_MLX5_F32, "mlx5_f32") \
-  X(UQR_MLX6_F32, "mlx6_f32") \
-  X(UQR_MLX8_F32, "mlx8_f32") \
 
 // X(ENUM, "name") for the formats with a fixed block (no group size): the switches that
 // instantiate a kernel per format expand this list, so they name only grouped formats.
@@ -193,57 +145,13 @@ UQR_FN constexpr int uqr_block_bytes(int fmt, int g) { return fmt == UQR_Q4_0 ? 
   X(UQR_MLX8, 32) \
   X(UQR_MLX8, 64) \
   X(UQR_MLX8, 128) \
-  X(UQR_MLX2_BF16, 32) \
-  X(UQR_MLX2_BF16, 64) \
-  X(UQR_MLX2_BF16, 128) \
-  X(UQR_MLX3_BF16, 32) \
-  X(UQR_MLX3_BF16, 64) \
-  X(UQR_MLX3_BF16, 128) \
-  X(UQR_MLX4_BF16, 32) \
-  X(UQR_MLX4_BF16, 64) \
-  X(UQR_MLX4_BF16, 128) \
-  X(UQR_MLX5_BF16, 32) \
-  X(UQR_MLX5_BF16, 64) \
-  X(UQR_MLX5_BF16, 128) \
-  X(UQR_MLX6_BF16, 32) \
-  X(UQR_MLX6_BF16, 64) \
-  X(UQR_MLX6_BF16, 128) \
-  X(UQR_MLX8_BF16, 32) \
-  X(UQR_MLX8_BF16, 64) \
-  X(UQR_MLX8_BF16, 128) \
-  X(UQR_MLX2_F32, 32) \
-  X(UQR_MLX2_F32, 64) \
-  X(UQR_MLX2_F32, 128) \
-  X(UQR_MLX3_F32, 32) \
-  X(UQR_MLX3_F32, 64) \
-  X(UQR_MLX3_F32, 128) \
-  X(UQR_MLX4_F32, 32) \
-  X(UQR_MLX4_F32, 64) \
-  X(UQR_MLX4_F32, 128) \
-  X(UQR_MLX5_F32, 32) \
-  X(UQR_MLX5_F32, 64) \
-  X(UQR_MLX5_F32, 128) \
-  X(UQR_MLX6_F32, 32) \
-  X(UQR_MLX6_F32, 64) \
-  X(UQR_MLX6_F32, 128) \
-  X(UQR_MLX8_F32, 32) \
-  X(UQR_MLX8_F32, 64) \
-  X(UQR_MLX8_F32, 128) \
 
 // Whether g is a group size of the grouped format fmt (false for a fixed-block format).
-UQR_FN constexpr bool uqr_group_size_ok(int fmt, int g) { return fmt == UQR_MLX4 ? (g == 32 || g == 64 || g == 128) : fmt == UQR_MLX2 ? (g == 32 || g == 64 || g == 128) : fmt == UQR_MLX3 ? (g == 32 || g == 64 || g == 128) : fmt == UQR_MLX5 ? (g == 32 || g == 64 || g == 128) : fmt == UQR_MLX6 ? (g == 32 || g == 64 || g == 128) : fmt == UQR_MLX8 ? (g == 32 || g == 64 || g == 128) : fmt == UQR_MLX2_BF16 ? (g == 32 || g == 64 || g == 128) : fmt == UQR_MLX3_BF16 ? (g == 32 || g == 64 || g == 128) : fmt == UQR_MLX4_BF16 ? (g == 32 || g == 64 || g == 128) : fmt == UQR_MLX5_BF16 ? (g == 32 || g == 64 || g == 128) : fmt == UQR_MLX6_BF16 ? (g == 32 || g == 64 || g == 128) : fmt == UQR_MLX8_BF16 ? (g == 32 || g == 64 || g == 128) : fmt == UQR_MLX2_F32 ? (g == 32 || g == 64 || g == 128) : fmt == UQR_MLX3_F32 ? (g == 32 || g == 64 || g == 128) : fmt == UQR_MLX4_F32 ? (g == 32 || g == 64 || g == 128) : fmt == UQR_MLX5_F32 ? (g == 32 || g == 64 || g == 128) : fmt == UQR_MLX6_F32 ? (g == 32 || g == 64 || g == 128) : fmt == UQR_MLX8_F32 ? (g == 32 || g == 64 || g == 128) : false; }
+UQR_FN constexpr bool uqr_group_size_ok(int fmt, int g) { return fmt == UQR_MLX4 ? (g == 32 || g == 64 || g == 128) : fmt == UQR_MLX2 ? (g == 32 || g == 64 || g == 128) : fmt == UQR_MLX3 ? (g == 32 || g == 64 || g == 128) : fmt == UQR_MLX5 ? (g == 32 || g == 64 || g == 128) : fmt == UQR_MLX6 ? (g == 32 || g == 64 || g == 128) : fmt == UQR_MLX8 ? (g == 32 || g == 64 || g == 128) : false; }
 // Bits per code of a grouped format (0: a fixed-block format).
-UQR_FN constexpr int uqr_code_bits(int fmt) { return fmt == UQR_MLX4 ? 4 : fmt == UQR_MLX2 ? 2 : fmt == UQR_MLX3 ? 3 : fmt == UQR_MLX5 ? 5 : fmt == UQR_MLX6 ? 6 : fmt == UQR_MLX8 ? 8 : fmt == UQR_MLX2_BF16 ? 2 : fmt == UQR_MLX3_BF16 ? 3 : fmt == UQR_MLX4_BF16 ? 4 : fmt == UQR_MLX5_BF16 ? 5 : fmt == UQR_MLX6_BF16 ? 6 : fmt == UQR_MLX8_BF16 ? 8 : fmt == UQR_MLX2_F32 ? 2 : fmt == UQR_MLX3_F32 ? 3 : fmt == UQR_MLX4_F32 ? 4 : fmt == UQR_MLX5_F32 ? 5 : fmt == UQR_MLX6_F32 ? 6 : fmt == UQR_MLX8_F32 ? 8 : 0; }
+UQR_FN constexpr int uqr_code_bits(int fmt) { return fmt == UQR_MLX4 ? 4 : fmt == UQR_MLX2 ? 2 : fmt == UQR_MLX3 ? 3 : fmt == UQR_MLX5 ? 5 : fmt == UQR_MLX6 ? 6 : fmt == UQR_MLX8 ? 8 : 0; }
 
-// The dtype of a grouped format's scale and bias (its header is the two, scale first).
-#define UQR_SCALE_F16 0
-#define UQR_SCALE_BF16 1
-#define UQR_SCALE_F32 2
-UQR_FN constexpr int uqr_scale_dtype(int fmt) { return fmt == UQR_MLX2_BF16 ? UQR_SCALE_BF16 : fmt == UQR_MLX3_BF16 ? UQR_SCALE_BF16 : fmt == UQR_MLX4_BF16 ? UQR_SCALE_BF16 : fmt == UQR_MLX5_BF16 ? UQR_SCALE_BF16 : fmt == UQR_MLX6_BF16 ? UQR_SCALE_BF16 : fmt == UQR_MLX8_BF16 ? UQR_SCALE_BF16 : fmt == UQR_MLX2_F32 ? UQR_SCALE_F32 : fmt == UQR_MLX3_F32 ? UQR_SCALE_F32 : fmt == UQR_MLX4_F32 ? UQR_SCALE_F32 : fmt == UQR_MLX5_F32 ? UQR_SCALE_F32 : fmt == UQR_MLX6_F32 ? UQR_SCALE_F32 : fmt == UQR_MLX8_F32 ? UQR_SCALE_F32 : UQR_SCALE_F16; }
-// Bytes of a grouped format's header, before its codes.
-UQR_FN constexpr int uqr_header_bytes(int fmt) { return fmt == UQR_MLX2_F32 ? 8 : fmt == UQR_MLX3_F32 ? 8 : fmt == UQR_MLX4_F32 ? 8 : fmt == UQR_MLX5_F32 ? 8 : fmt == UQR_MLX6_F32 ? 8 : fmt == UQR_MLX8_F32 ? 8 : 4; }
-
-#define UQR_FORMAT_NAMES "'q4_0', 'q4_1', 'q8_0', 'q4_k', 'mlx4', 'var_affine', 'exl3', 'ternary', 'q5_0', 'q5_1', 'q6_k', 'q5_k', 'iq4_nl', 'iq4_xs', 'q3_k', 'q2_k', 'mxfp4', 'mlx2', 'mlx3', 'mlx5', 'mlx6', 'mlx8', 'mlx2_bf16', 'mlx3_bf16', 'mlx4_bf16', 'mlx5_bf16', 'mlx6_bf16', 'mlx8_bf16', 'mlx2_f32', 'mlx3_f32', 'mlx4_f32', 'mlx5_f32', 'mlx6_f32', 'mlx8_f32'"
+#define UQR_FORMAT_NAMES "'q4_0', 'q4_1', 'q8_0', 'q4_k', 'mlx4', 'var_affine', 'exl3', 'ternary', 'q5_0', 'q5_1', 'q6_k', 'q5_k', 'iq4_nl', 'iq4_xs', 'q3_k', 'q2_k', 'mxfp4', 'mlx2', 'mlx3', 'mlx5', 'mlx6', 'mlx8'"
 
 // Formats with path "vec" on cpu: X(ENUM, "name").
 #define UQR_VEC_CPU_LIST(X) \

@@ -119,35 +119,21 @@ UQR_FN void uqr_decode8_mlx4(const UQR_GLOBAL uqr_u8* blk, int chunk, UQR_THREAD
   }
 }
 
-// An MLX-family header field (scale or bias) of dtype `dtype` (UQR_SCALE_F16 / BF16 / F32, the
-// format's uqr_scale_dtype), as float: exact for all three.
-UQR_FN float uqr_load_scale(const UQR_GLOBAL uqr_u8* p, int dtype) {
-  return dtype == UQR_SCALE_BF16 ? uqr_load_bf16(p) : dtype == UQR_SCALE_F32 ? uqr_load_f32(p) : uqr_load_half(p);
-}
-
-// The MLX affine family (mlxB, B = 2, 3, 4, 5, 6, 8, with fp16, bf16 or fp32 headers; docs/formats.md,
-// "MLX affine family"): scale, bias (two fields of the format's scale dtype), then element i of the
-// group is bits [B i, B i + B) of the LSB-first bitstream, the byte order of MLX's little-endian
-// uint32 words. y = scale q + bias, the product rounded on its own (exact for fp16 / bf16 scales; an
-// fp32 scale's is not, and the reference rounds it before the sum). A chunk's 8 codes are exactly
-// the B bytes from byte B chunk, so every code lies in at most two bytes of its own chunk and no read
-// leaves the block.
-UQR_FN void uqr_decode8_mlx_family(const UQR_GLOBAL uqr_u8* blk, int chunk, int bits, int dtype,
-                                   UQR_THREAD float* out) {
-  const int field = dtype == UQR_SCALE_F32 ? 4 : 2;
-  float scale = uqr_load_scale(blk, dtype), bias = uqr_load_scale(blk + field, dtype);
-  const UQR_GLOBAL uqr_u8* qs = blk + 2 * field + bits * chunk;
+// The rest of the MLX affine family (mlxB, B = 2, 3, 5, 6, 8; docs/formats.md, "MLX affine
+// family"): element i of the group is bits [B i, B i + B) of the LSB-first bitstream after the two
+// halves, the byte order of MLX's little-endian uint32 words. y = scale q + bias. A chunk's 8 codes
+// are exactly the B bytes from byte B chunk, so every code lies in at most two bytes of its own
+// chunk and no read leaves the block.
+UQR_FN void uqr_decode8_mlx_bits(const UQR_GLOBAL uqr_u8* blk, int chunk, int bits, UQR_THREAD float* out) {
+  float scale = uqr_load_half(blk), bias = uqr_load_half(blk + 2);
+  const UQR_GLOBAL uqr_u8* qs = blk + 4 + bits * chunk;
   const uqr_u32 mask = (1u << bits) - 1u;
   for (int i = 0; i < 8; ++i) {
     const int bit = i * bits, byte = bit >> 3, shift = bit & 7;
     uqr_u32 q = (uqr_u32)qs[byte] >> shift;
     if (shift + bits > 8) q |= (uqr_u32)qs[byte + 1] << (8 - shift);
-    out[i] = (dtype == UQR_SCALE_F32 ? uqr_mul_rn((float)(q & mask), scale) : (float)(q & mask) * scale) + bias;
+    out[i] = (float)(q & mask) * scale + bias;
   }
-}
-// The fp16-header widths other than mlx4 (which has its own nibble decoder above).
-UQR_FN void uqr_decode8_mlx_bits(const UQR_GLOBAL uqr_u8* blk, int chunk, int bits, UQR_THREAD float* out) {
-  uqr_decode8_mlx_family(blk, chunk, bits, UQR_SCALE_F16, out);
 }
 UQR_FN void uqr_decode8_mlx2(const UQR_GLOBAL uqr_u8* blk, int chunk, UQR_THREAD float* out) {
   uqr_decode8_mlx_bits(blk, chunk, 2, out);
@@ -399,7 +385,16 @@ UQR_FN void uqr_decode8_q2_k(const UQR_GLOBAL uqr_u8* blk, int chunk, UQR_THREAD
 
 // mxfp4's E8M0 scale halved, 2^(e - 128), from its bits (ggml: e < 2 gives an fp32 subnormal).
 UQR_FN float uqr_e8m0_half(uqr_u32 e) {
-  return uqr_bits_to_float(e < 2u ? (0x00200000u << e) : ((e - 1u) << 23));
+  uqr_u32 bits = e < 2u ? (0x00200000u << e) : ((e - 1u) << 23);
+#if defined(__METAL_VERSION__) || defined(UQR_METAL)
+  return as_type<float>(bits);
+#elif defined(__CUDA_ARCH__)
+  return __uint_as_float(bits);
+#else
+  float f;
+  memcpy(&f, &bits, sizeof f);
+  return f;
+#endif
 }
 
 // mxfp4: q4_0's nibble layout after the 1-byte exponent; y = 2^(e-128) F[q] (exact unless it
@@ -436,11 +431,7 @@ UQR_FN void uqr_decode8(int fmt, const UQR_GLOBAL uqr_u8* blk, int chunk, UQR_TH
     case UQR_MLX5: uqr_decode8_mlx5(blk, chunk, out); break;
     case UQR_MLX6: uqr_decode8_mlx6(blk, chunk, out); break;
     case UQR_MLX8: uqr_decode8_mlx8(blk, chunk, out); break;
-    default:
-      // The MLX family's other rows (bf16 / fp32 headers), from the table's bits and scale dtype.
-      if (uqr_code_bits(fmt)) uqr_decode8_mlx_family(blk, chunk, uqr_code_bits(fmt), uqr_scale_dtype(fmt), out);
-      else uqr_decode8_ternary(blk, chunk, out);
-      break;
+    default: uqr_decode8_ternary(blk, chunk, out); break;
   }
 }
 
@@ -471,8 +462,6 @@ UQR_FN void uqr_decode8_fmt(const UQR_GLOBAL uqr_u8* blk, int chunk, UQR_THREAD 
   else if constexpr (FMT == UQR_MLX5) uqr_decode8_mlx5(blk, chunk, out);
   else if constexpr (FMT == UQR_MLX6) uqr_decode8_mlx6(blk, chunk, out);
   else if constexpr (FMT == UQR_MLX8) uqr_decode8_mlx8(blk, chunk, out);
-  else if constexpr (uqr_code_bits(FMT) > 0)  // the MLX family's bf16 / fp32 header rows
-    uqr_decode8_mlx_family(blk, chunk, uqr_code_bits(FMT), uqr_scale_dtype(FMT), out);
   else uqr_decode8_ternary(blk, chunk, out);
 }
 #endif

@@ -72,21 +72,11 @@
   }
 #endif
 
-// a * b rounded to float on its own. nvcc contracts `a * b + c` into one FMA (one rounding), and so
-// does GCC on the host (-ffp-contract=fast with -march=native); where the product is inexact that
-// differs from the float32 reference decoders, which round twice. On the host an empty asm that
-// takes the product in a float register hides it from the contraction.
+// a * b rounded to float on its own. nvcc contracts `a * b + c` into one FMA (one rounding); where
+// the product is inexact that differs from the float32 reference decoders, which round twice.
 UQR_FN float uqr_mul_rn(float a, float b) {
 #if defined(__CUDA_ARCH__)
   return __fmul_rn(a, b);
-#elif !defined(__METAL_VERSION__) && !defined(__CUDACC__) && defined(__GNUC__) && defined(__x86_64__)
-  float p = a * b;
-  __asm__("" : "+x"(p));
-  return p;
-#elif !defined(__METAL_VERSION__) && !defined(__CUDACC__) && defined(__GNUC__) && defined(__aarch64__)
-  float p = a * b;
-  __asm__("" : "+w"(p));
-  return p;
 #else
   return a * b;
 #endif
@@ -101,19 +91,3 @@ UQR_FN uqr_u32 uqr_load_u32(const UQR_GLOBAL uqr_u8* p) {
   return (uqr_u32)p[0] | ((uqr_u32)p[1] << 8) | ((uqr_u32)p[2] << 16) | ((uqr_u32)p[3] << 24);
 }
 UQR_FN float uqr_load_half(const UQR_GLOBAL uqr_u8* p) { return uqr_half_bits_to_float(uqr_load_u16(p)); }
-
-// The float whose IEEE binary32 bits are `bits`.
-UQR_FN float uqr_bits_to_float(uqr_u32 bits) {
-#if defined(__METAL_VERSION__) || defined(UQR_METAL)
-  return as_type<float>(bits);
-#elif defined(__CUDA_ARCH__)
-  return __uint_as_float(bits);
-#else
-  float f;
-  memcpy(&f, &bits, sizeof f);
-  return f;
-#endif
-}
-// bfloat16 is the top half of a binary32: exact, every value.
-UQR_FN float uqr_load_bf16(const UQR_GLOBAL uqr_u8* p) { return uqr_bits_to_float((uqr_u32)uqr_load_u16(p) << 16); }
-UQR_FN float uqr_load_f32(const UQR_GLOBAL uqr_u8* p) { return uqr_bits_to_float(uqr_load_u32(p)); }

@@ -22,7 +22,6 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from . import formats_meta
 from .formats_meta import FORMAT_CODES
 
 # The format codes decode_tile branches on: the table's ids (formats_meta.FORMAT_CODES).
@@ -48,11 +47,6 @@ MLX3: tl.constexpr = tl.constexpr(FORMAT_CODES["mlx3"])
 MLX5: tl.constexpr = tl.constexpr(FORMAT_CODES["mlx5"])
 MLX6: tl.constexpr = tl.constexpr(FORMAT_CODES["mlx6"])
 MLX8: tl.constexpr = tl.constexpr(FORMAT_CODES["mlx8"])
-# The MLX family by format code (formats_meta): bits per code (0: not the family), header field
-# bytes, bf16 fields. The bf16 / fp32 header rows decode through these, not a branch each.
-MLX_BITS: tl.constexpr = tl.constexpr(formats_meta.MLX_BITS)
-MLX_FIELD_BYTES: tl.constexpr = tl.constexpr(formats_meta.MLX_FIELD_BYTES)
-MLX_BF16: tl.constexpr = tl.constexpr(formats_meta.MLX_BF16)
 
 
 @triton.jit
@@ -229,46 +223,17 @@ def _decode_mlx4(w_ptr, row_off, n_ok, s0, n_sub, GROUP: tl.constexpr, BN: tl.co
 
 
 @triton.jit
-def _bf16(ptr, mask):
-    """bf16 field(s) as fp32: the top half of a binary32 (bf16 fields sit at even byte offsets)."""
-    bits = tl.load(ptr.to(tl.pointer_type(tl.uint16)), mask=mask, other=0).to(tl.uint32) << 16
-    return bits.to(tl.float32, bitcast=True)
-
-
-@triton.jit
-def _f32(ptr, mask):
-    """fp32 field(s) (at byte offsets that are multiples of 4: an MLX fp32 header's)."""
-    return tl.load(ptr.to(tl.pointer_type(tl.float32)), mask=mask, other=0.0)
-
-
-@triton.jit
-def _mlx_field(ptr, mask, FIELD: tl.constexpr, BF16: tl.constexpr):
-    """An MLX-family header field: fp16 (FIELD 2), bf16 (FIELD 2, BF16) or fp32 (FIELD 4)."""
-    if FIELD == 4:
-        v = _f32(ptr, mask)
-    elif BF16:
-        v = _bf16(ptr, mask)
-    else:
-        v = _f16(ptr, mask)
-    return v
-
-
-@triton.jit
 def _decode_mlx_bits(w_ptr, row_off, n_ok, s0, n_sub, GROUP: tl.constexpr, BITS: tl.constexpr, BN: tl.constexpr,
-                     NS: tl.constexpr, FIELD: tl.constexpr = 2, BF16: tl.constexpr = False):
-    """The MLX family's other rows: a sub-block's 32 codes are the 4·BITS bytes (<= 32) from byte
-    4·BITS·(its index in the group) of the group's codes, an LSB-first bitstream, after the header
-    (scale, bias: two fields of FIELD bytes, fp16, bf16 or fp32). An fp32 scale's product is not
-    exact, and Triton may fuse it with the sum (one rounding instead of the reference's two: within
-    an ulp of float32, like exl3's products here)."""
+                     NS: tl.constexpr):
+    """The MLX family's other widths: a sub-block's 32 codes are the 4·BITS bytes (<= 32) from byte
+    4·BITS·(its index in the group) of the group's codes, an LSB-first bitstream."""
     SUBS: tl.constexpr = GROUP // 32
-    HEADER: tl.constexpr = 2 * FIELD
     s, ok = _sub_blocks(n_ok, s0, n_sub, NS)
-    blk = w_ptr + row_off + (s // SUBS).to(tl.int64) * (HEADER + GROUP * BITS // 8)
-    scale = _mlx_field(blk, ok, FIELD, BF16)
-    bias = _mlx_field(blk + FIELD, ok, FIELD, BF16)
+    blk = w_ptr + row_off + (s // SUBS).to(tl.int64) * (4 + GROUP * BITS // 8)
+    scale = _f16(blk, ok)
+    bias = _f16(blk + 2, ok)
     t = tl.arange(0, 32)[None, None, :]
-    raw = _u8(blk + HEADER + (s % SUBS) * (4 * BITS) + t, ok & (t < 4 * BITS))
+    raw = _u8(blk + 4 + (s % SUBS) * (4 * BITS) + t, ok & (t < 4 * BITS))
     q = _gather_bits(raw, t * BITS, BITS)
     w = q.to(tl.float32) * scale + bias
     return tl.reshape(w, (BN, NS * 32)), tl.arange(0, NS * 32)
@@ -468,9 +433,6 @@ def decode_tile(w_ptr, row_off, n_ok, s0, n_sub, FMT: tl.constexpr, GROUP: tl.co
         w, kl = _decode_mlx_bits(w_ptr, row_off, n_ok, s0, n_sub, GROUP, 6, BN, NS)
     elif FMT == MLX8:
         w, kl = _decode_mlx_bits(w_ptr, row_off, n_ok, s0, n_sub, GROUP, 8, BN, NS)
-    elif MLX_BITS[FMT] > 0:  # the MLX family's bf16 / fp32 header rows, by the table's bits and dtype
-        w, kl = _decode_mlx_bits(w_ptr, row_off, n_ok, s0, n_sub, GROUP, MLX_BITS[FMT], BN, NS, MLX_FIELD_BYTES[FMT],
-                                 MLX_BF16[FMT])
     elif FMT == VAR_AFFINE:
         w, kl = _decode_var_affine(w_ptr, row_off, n_ok, s0, n_sub, BN, NS)
     elif FMT == EXL3:

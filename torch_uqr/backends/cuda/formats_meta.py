@@ -6,15 +6,6 @@ from ...formats.table import BY_NAME, NAMES, TABLE, quoted_names
 
 # Integer codes the kernels branch on as constexprs.
 FORMAT_CODES: dict[str, int] = {f.name: f.id for f in TABLE}
-# Indexed by format code: the MLX family's bits per code (0 for any other format) and header field
-# bytes (2: fp16 / bf16, 4: fp32) and whether a field is bf16 (1) rather than fp16 / fp32 (0), so
-# that one Triton branch decodes every row of the family from its code.
-MLX_BITS: tuple[int, ...] = tuple(next((f.code_bits for f in TABLE if f.id == i and f.family == "mlx"), 0)
-                                  for i in range(TABLE[-1].id + 1))
-MLX_FIELD_BYTES: tuple[int, ...] = tuple(next((f.header_bytes // 2 for f in TABLE if f.id == i and f.family == "mlx"),
-                                              0) for i in range(TABLE[-1].id + 1))
-MLX_BF16: tuple[int, ...] = tuple(int(any(f.id == i and f.scale_dtype == "bf16" for f in TABLE))
-                                  for i in range(TABLE[-1].id + 1))
 
 
 def block_geometry(fmt: str, group_size: int = 0) -> tuple[int, int]:
