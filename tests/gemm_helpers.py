@@ -13,8 +13,12 @@ from torch_uqr.formats import table as format_table
 # The format registry (torch_uqr.formats the attribute is the formats() function).
 uqr_formats = importlib.import_module("torch_uqr.formats")
 
-# (fmt, group_size): every format of the format table, a grouped one at each group size.
-FORMAT_CASES = format_table.format_cases()
+# (fmt, group_size): every format of the format table, a grouped one at each group size, except the
+# MLX family's other widths (mlx2 ... mlx8) at their default group size only: they share mlx4's
+# group handling and one bitstream decoder, and test_formats_mlx_family.py runs every width at
+# every group size through uqr.gemm on the CPU and the Metal emulator against float64.
+FORMAT_CASES = [(f, g) for f, g in format_table.format_cases()
+                if g is None or f == "mlx4" or g == format_table.spec(f).default_group_size]
 FORMAT_IDS = [f if g is None else f"{f}-g{g}" for f, g in FORMAT_CASES]
 
 # Max-abs error relative to max |reference|: fp32 is accumulation error only; fp16/bf16 add the
