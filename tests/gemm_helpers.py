@@ -75,11 +75,10 @@ def assert_close(y: torch.Tensor, ref: torch.Tensor, dtype: torch.dtype, what: s
 # Path "int8": elements per x scale, q4_0 one per 32-element block, q4_k, var_affine and exl3 one
 # per 256-element block (its eight sub-block dots are scaled in integers, as llama.cpp's q8_K).
 def int8_x_span(fmt: str, group_size: int | None = None) -> int:
-    """Elements per x scale of path "int8": 32 for q4_0 and ternary, a 256-element block for q4_k,
-    var_affine and exl3, a group for mlx4."""
-    if fmt == "mlx4":
-        return int(group_size or 64)
-    return {"q4_0": 32, "q4_k": 256, "ternary": 32, "var_affine": 256, "exl3": 256}[fmt]
+    """Elements per x scale of path "int8": one weight block (32, or 256 for the super-block
+    formats), or one group of a grouped (MLX) format."""
+    spec = format_table.spec(fmt)
+    return int(group_size or spec.default_group_size) if spec.grouped else spec.block
 
 
 def rows_of(x: torch.Tensor, in_heads: bool) -> torch.Tensor:

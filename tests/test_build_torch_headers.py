@@ -93,8 +93,11 @@ def _cuda_home() -> str:
     raise RuntimeError("CUDA headers (cuda_runtime.h) not found; set CUDA_HOME")
 
 
-def _compile_cxx(source: str, dirs: list[str], std: str, cuda: bool) -> subprocess.CompletedProcess:
+def _compile_cxx(source: str, dirs: list[str], std: str, cuda: bool, march: str | None = None
+                 ) -> subprocess.CompletedProcess:
     flags = [f for f in SETUP.extra_compile_args(std) if f not in ("-march=native",)]
+    if march is not None:
+        flags.append(f"-march={march}")
     cmd = [CXX, *flags, "-fsyntax-only", "-fPIC",
            "-DTORCH_EXTENSION_NAME=_C", "-DTORCH_API_INCLUDE_EXTENSION_H",
            *[f"-I{d}" for d in dirs], f"-I{sysconfig.get_paths()['include']}",
@@ -104,18 +107,32 @@ def _compile_cxx(source: str, dirs: list[str], std: str, cuda: bool) -> subproce
     return subprocess.run(cmd + [source], capture_output=True, text=True, timeout=600)
 
 
-def _compile_all(sources: list[str], version: str, dirs: list[str], cuda: bool) -> None:
+def _compile_all(sources: list[str], version: str, dirs: list[str], cuda: bool, march: str | None = None) -> None:
     std = SETUP.cxx_standard(dirs)
     with ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as pool:
-        results = list(pool.map(lambda s: (s, _compile_cxx(s, dirs, std, cuda)), sources))
+        results = list(pool.map(lambda s: (s, _compile_cxx(s, dirs, std, cuda, march)), sources))
     failed = [f"{os.path.relpath(s, ROOT)}:\n{r.stderr[-2000:]}" for s, r in results if r.returncode]
-    assert not failed, f"with torch {version} -std={std}:\n" + "\n".join(failed)
+    assert not failed, f"with torch {version} -std={std}" + (f" -march={march}" if march else "") + ":\n" + "\n".join(failed)
 
 
 @pytest.mark.skipif(CXX is None, reason="no C++ compiler on PATH")
 @pytest.mark.parametrize("version,dirs", HEADER_SETS, ids=[v for v, _ in HEADER_SETS])
 def test_cpu_sources_compile(version: str, dirs: list[str]) -> None:
     _compile_all(CPP_SOURCES, version, dirs, cuda=False)
+
+
+# setup.py builds with -march=native, so each machine compiles only its own vector branch of the
+# CPU kernels: compile every x86 branch here, whatever this machine has. x86-64-v3 is AVX2 + FMA +
+# F16C (Zen 2 / 3, Haswell on); sapphirerapids adds AVX-512 BW / VL / VNNI / VBMI and GFNI.
+X86_LEVELS = ["x86-64-v3", "sapphirerapids"]
+
+
+@pytest.mark.skipif(CXX is None, reason="no C++ compiler on PATH")
+@pytest.mark.skipif(not sys.platform.startswith("linux") or os.uname().machine != "x86_64", reason="x86-64 only")
+@pytest.mark.parametrize("march", X86_LEVELS)
+def test_cpu_sources_compile_for_every_x86_level(march: str) -> None:
+    cpu_kernels = [s for s in CPP_SOURCES if os.sep + "cpu" + os.sep in s]
+    _compile_all(cpu_kernels, torch.__version__, include_paths(), cuda=False, march=march)
 
 
 def _has_cuda_headers(dirs: list[str]) -> bool:

@@ -130,3 +130,42 @@ def test_generate_and_bench_compile_flags(gguf_path, tmp_path, capsys):
     assert rows[0]["compile_s"] is None and rows[1]["compile_s"] > 0 and rows[1]["tg_tok_s"] > 0
     with pytest.raises(SystemExit, match="keep 'router'"):
         uqr_main(["bench", "--model", gguf_path, "--engines", "transformers", "--compile"])
+
+
+def test_int8_decode_path_fuses_and_stays_close(gguf_path):
+    # set_path(..., "int8", max_rows=DECODE_ROWS): decode steps round activations to int8, the
+    # prompt's prefill stays exact, fused projections keep the path, and the logits stay near the
+    # exact ones (a few 1e-3 per layer, far more than fp32 accumulation: the path really runs).
+    from torch_uqr.models.decode import DECODE_ROWS
+    from torch_uqr.nn import QuantLinear, set_path
+
+    model = load_gguf_model(gguf_path)[0].eval()
+    ids = torch.randint(0, VOCAB, (1, DECODE_ROWS + 4), generator=torch.Generator().manual_seed(1))
+    tokens, exact = _eager_greedy(model, ids, steps=3)
+    counts = set_path(model, "int8", max_rows=DECODE_ROWS)
+    layers = [m for m in model.modules() if isinstance(m, QuantLinear)]
+    assert counts == {"set": len(layers), "kept": 0} and all(m.path == "int8" for m in layers)
+    _, rounded = _eager_greedy(model, ids, steps=3)
+    torch.testing.assert_close(rounded[0], exact[0], rtol=0, atol=0)  # prefill (12 rows): exact path
+    fused = fuse_projections(model)
+    assert sum(fused.values()) > 0
+    assert all(m.path == "int8" and m.path_max_rows == DECODE_ROWS
+               for m in model.modules() if isinstance(m, QuantLinear))
+    _, fused_logits = _eager_greedy(model, ids, steps=3)
+    for a, b, e in zip(rounded[1:], fused_logits[1:], exact[1:]):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)  # fusion is exact on the int8 path too
+        err = ((a - e).abs().max() / e.abs().max()).item()
+        assert 1e-6 < err < 5e-2, err
+
+
+def test_generate_and_bench_int8_path(gguf_path, tmp_path, capsys):
+    from torch_uqr.__main__ import main as uqr_main
+
+    assert uqr_main(["generate", "--gguf", gguf_path, "--raw", "--prompt", "hello", "--max-new-tokens", "3",
+                     "--threads", "1", "--path", "int8"]) == 0
+    assert "# path int8 for decode steps:" in capsys.readouterr().out
+    out_json = tmp_path / "rows.json"
+    assert uqr_main(["bench", "--model", gguf_path, "--pp", "8", "--tg", "4", "--reps", "1", "--threads", "1",
+                     "--engines", "router-int8", "--json", str(out_json)]) == 0
+    rows = json.loads(out_json.read_text())["rows"]
+    assert [r["engine"] for r in rows] == ["router-int8"] and rows[0]["tg_tok_s"] > 0

@@ -1,5 +1,5 @@
-"""Path "int8" on CPU: x rounded to int8 (one fp32 scale per 32 elements for q4_0 and ternary, per
-256 for q4_k, var_affine and exl3, per group for mlx4), integer dot products.
+"""Path "int8" on CPU: x rounded to int8 (one fp32 scale per weight block: 32 elements, or 256 for
+the super-block formats; per group for mlx4), integer dot products.
 
 Two references: the float64 product of the SAME int8-rounded x (done here in torch, the rule of
 docs/operator.md: scale = amax / 127, codes = round-half-even(x / scale), all-zero span -> 0),
@@ -22,8 +22,9 @@ from gemm_helpers import SEED, assert_close, int8_reference, int8_x_span, randn,
 
 N_ODD = 70  # crosses the 4-row tiles and the 64-row work units
 K = 512     # two q4_k super-blocks, sixteen q4_0 blocks
-FORMATS = [("q4_0", None), ("q4_k", None), ("mlx4", 32), ("mlx4", 64), ("mlx4", 128), ("ternary", None),
-           ("var_affine", None), ("exl3", None)]
+# Every format with path int8 on CPU (from the format table), a grouped one at each group size.
+FORMATS = [(f, g) for f in table.names_with_path("int8", "cpu")
+           for g in (table.spec(f).group_sizes if table.spec(f).grouped else (None,))]
 FMT_IDS = [f if g is None else f"{f}-g{g}" for f, g in FORMATS]
 DTYPES = [torch.float32, torch.float16, torch.bfloat16]
 # Against the same-rounded x: fp32 accumulation only, or the rounding of y to fp16/bf16.
@@ -104,15 +105,15 @@ def test_int8_auto_is_unchanged():
 
 
 def test_int8_errors():
-    qt8, _ = weights("q8_0", None, 48, 256)
+    qt5, _ = weights("q5_k", None, 48, 256)
     # Python and C++ list the same formats, both from the format table.
     int8 = table.names_with_path("int8", "cpu")
-    assert "q4_k" in int8 and "q8_0" not in int8
+    assert "q4_k" in int8 and "q6_k" in int8 and "q5_k" not in int8
     listed = re.escape(table.quoted_names(int8))
-    with pytest.raises(ValueError, match=f"path='int8' .*supports fmt {listed}, not 'q8_0'"):
-        uqr.gemm(randn(2, 256), qt8, path="int8")
-    with pytest.raises(ValueError, match=f"path='int8' .*supports fmt {listed}, not 'q8_0'"):
-        torch.ops.uqr.gemm(randn(2, 256), qt8.data, "q8_0", 48, 256, 0, 0, False, "int8")
+    with pytest.raises(ValueError, match=f"path='int8' .*supports fmt {listed}, not 'q5_k'"):
+        uqr.gemm(randn(2, 256), qt5, path="int8")
+    with pytest.raises(ValueError, match=f"path='int8' .*supports fmt {listed}, not 'q5_k'"):
+        torch.ops.uqr.gemm(randn(2, 256), qt5.data, "q5_k", 48, 256, 0, 0, False, "int8")
     q4, _ = weights("q4_0", None, 48, 256)
     with pytest.raises(ValueError, match="path='int8' for fmt 'q4_0' exists only on the cpu and cuda backends.*metal-emu"):
         uqr.gemm(randn(2, 256), q4, path="int8", backend="metal-emu")
@@ -256,3 +257,98 @@ def test_int8_block_formats_reject_invalid_blocks(fmt):
         message = "non-zero _pad"
     with pytest.raises(ValueError, match=message):
         uqr.QTensor.from_bytes(bad, fmt, (4, 512))
+
+
+# The GGUF block formats whose codes the int8 kernel takes as 32 bytes per step (q6_k: with one
+# int8 scale per 16 codes inside each 256-element super-block).
+GGUF_BYTE_FORMATS = ["q4_1", "q5_0", "q5_1", "q8_0", "q6_k"]
+
+
+@pytest.mark.parametrize("fmt", GGUF_BYTE_FORMATS)
+def test_int8_gguf_blocks_row_counts(fmt):
+    # M = 1 (4-row tiles) to 9 and 33, N with whole tiles and a rest, one block and enough blocks
+    # for several L1-sized K passes (the last one short).
+    block = table.spec(fmt).block
+    for K_b in (block, 4096 + 4 * block):
+        qt, W = weights(fmt, None, 67, K_b)
+        for M in (1, 2, 5, 9, 33):
+            x = randn(M, K_b)
+            check(uqr.gemm(x, qt, path="int8"), x, W, torch.float32, f"{fmt} K={K_b} M={M}", fmt=fmt)
+
+
+def _extreme_gguf_block(fmt: str) -> np.ndarray:
+    """One block whose codes and scales are the largest in magnitude the format has: q8_0 codes of
+    -128; q6_k codes of 0 (q - 32 = -32) with scales of -128; q5_x / q4_1 codes of 31 / 15."""
+    spec = table.spec(fmt)
+    b = np.zeros(spec.block_bytes, np.uint8)
+    d = np.frombuffer(np.float16([2.0 ** -10]).tobytes(), np.uint8)
+    if fmt == "q8_0":
+        b[0:2] = d
+        b[2:] = 0x80
+    elif fmt == "q6_k":
+        b[192:208] = 0x80   # int8 scales of -128, codes 0 (ql = qh = 0)
+        b[208:210] = d
+    else:
+        b[:] = 0xFF          # every code at its top (q4_1 15, q5_x 31)
+        b[0:2] = d
+        if fmt in ("q4_1", "q5_1"):
+            b[2:4] = np.frombuffer(np.float16([-0.25]).tobytes(), np.uint8)
+    return b
+
+
+@pytest.mark.parametrize("fmt", GGUF_BYTE_FORMATS)
+def test_int8_gguf_blocks_extreme_sums(fmt):
+    # The integer sums at their largest against x codes of -127 (no int16 saturation in the pair
+    # sums, no int32 wrap-around: either would move y far from the reference).
+    spec = table.spec(fmt)
+    nb = 3
+    qt = uqr.QTensor.from_bytes(np.tile(_extreme_gguf_block(fmt), (5, nb)), fmt, (5, spec.block * nb))
+    W = uqr.dequantize(qt).double()
+    for M in (1, 3):
+        x = -torch.ones(M, spec.block * nb)
+        x[:, 1::2] *= 0.999
+        y = uqr.gemm(x, qt, path="int8").double()
+        ref = int8_reference(x, W, fmt)
+        err = (y - ref).abs().max().item() / ref.abs().max().item()
+        assert err < 1e-6, f"{fmt} extreme M={M}: {err:.3g} (y {y[0, 0].item()}, ref {ref[0, 0].item()})"
+
+
+def test_set_path_int8_on_a_model():
+    # nn.set_path puts the layers whose format has path int8 on it, keeps the others exact, and
+    # "auto" puts every layer back.
+    from torch import nn
+
+    from torch_uqr.nn import QuantLinear, set_path
+
+    model = nn.Sequential(QuantLinear(weights("q4_1", None, 256, 256)[0]),
+                          QuantLinear(weights("q5_k", None, 256, 256)[0]),
+                          QuantLinear(weights("q6_k", None, 32, 256)[0]))
+    x = randn(3, 256)
+    exact = model(x)
+    assert set_path(model, "int8") == {"set": 2, "kept": 1}
+    assert [m.path for m in model] == ["int8", None, "int8"]
+    y = model(x)
+    h = uqr.gemm(x, model[0].qtensor, path="int8")
+    h = uqr.gemm(h, model[1].qtensor)
+    torch.testing.assert_close(y, uqr.gemm(h, model[2].qtensor, path="int8"), rtol=0, atol=0)
+    assert not torch.equal(y, exact)
+    assert set_path(model, "auto") == {"set": 3, "kept": 0}
+    torch.testing.assert_close(model(x), exact, rtol=0, atol=0)
+    with pytest.raises(ValueError, match="path: expected"):
+        set_path(model, "fast")
+
+
+def test_set_path_max_rows_keeps_prefill_exact():
+    # With max_rows the path serves calls of up to that many rows (x's rows over every batch dim)
+    # and larger calls take "auto".
+    from torch_uqr.nn import QuantLinear, set_path
+
+    layer = QuantLinear(weights("q4_1", None, 64, 256)[0])
+    assert set_path(layer, "int8", max_rows=2) == {"set": 1, "kept": 0}
+    qt = layer.qtensor
+    small, big = randn(1, 2, 256), randn(3, 256)
+    torch.testing.assert_close(layer(small), uqr.gemm(small, qt, path="int8"), rtol=0, atol=0)
+    torch.testing.assert_close(layer(big), uqr.gemm(big, qt), rtol=0, atol=0)
+    assert not torch.equal(layer(small), uqr.gemm(small, qt))
+    with pytest.raises(ValueError, match="max_rows"):
+        set_path(layer, "int8", max_rows=0)

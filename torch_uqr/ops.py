@@ -54,6 +54,11 @@ if _load_error is None:
             _cuda_error = exc
 
 
+def backend_of_device(device: torch.device) -> Optional[str]:
+    """The backend whose kernels serve tensors on ``device`` ("cpu", "cuda", "metal"), or None."""
+    return _BACKEND_OF_DEVICE.get(torch.device(device).type)
+
+
 def op_available() -> bool:
     """True when the compiled operator library (``torch_uqr._C``) is loaded."""
     return _load_error is None
@@ -85,11 +90,13 @@ def gemm(x: torch.Tensor, qt: Any, out_heads: Optional[int] = None, in_heads: bo
         out_heads: None/0 for ``y: [..., M, N]``; H to get ``y: [..., H, M, N/H]`` written directly.
         in_heads: read x as head-strided (see above).
         path: "auto" (default), "mma" (decode then matrix multiply), "vec" (ternary only:
-            add/subtract, no multiply per weight) or "int8" (q4_0 / q4_k / mlx4 / ternary /
-            var_affine / exl3 only, opt-in: x rounded to int8 with one fp32 scale per 32 elements
-            for q4_0 and ternary, per 256 (one block) for q4_k, var_affine and exl3, per group for
-            mlx4, then integer dot products - as llama.cpp's and BitNet's kernels do; a few 1e-3
-            relative error from the activation rounding). On CPU int8 serves any M. On
+            add/subtract, no multiply per weight) or "int8" (the formats
+            ``table.names_with_path("int8", backend)`` lists: on CPU q4_0, q4_1, q5_0, q5_1, q8_0,
+            q4_k, q6_k, mlx4, ternary, var_affine and exl3; on CUDA q4_0, q4_k, mlx4, ternary,
+            var_affine and exl3. Opt-in: x rounded to int8 with one fp32 scale per weight block
+            (32 elements, or 256 for the 256-element formats) or per group for mlx4, then integer
+            dot products - as llama.cpp's and BitNet's kernels do; a few 1e-3 relative error from
+            the activation rounding). On CPU int8 serves any M. On
             CUDA it runs the int8 tensor-core kernel for bf16 / fp16 x of up to 16 activation rows
             (batch * M; mlx4 with g = 32 or 64, ternary, var_affine and exl3: one row); every other CUDA call (more
             rows, fp32 x, a shape or alignment that kernel does not take, an extension built

@@ -66,6 +66,23 @@ struct MlxBitsDecoder : GenericDecoder<FMT, G> {
 template <int FMT, int G = 0>
 struct BlockDecoder : std::conditional_t<(uqr_code_bits(FMT) > 0), MlxBitsDecoder<FMT, G>, GenericDecoder<FMT, G>> {};
 
+// The 8 sub-block scales and mins of a q4_k / q5_k super-block (d, dmin, 12 bytes of 6-bit
+// fields at blk + 4), times d and dmin.
+struct KSubScales {
+  float s[8], m[8];
+  explicit KSubScales(const uint8_t* blk) {
+    const float d = load_half(blk), dmin = load_half(blk + 2);
+    uint32_t w[3], sc[2], mn[2];
+    std::memcpy(w, blk + 4, 12);
+    uqr_q4_k_scale_min_words(w[0], w[1], w[2], false, sc[0], mn[0]);
+    uqr_q4_k_scale_min_words(w[0], w[1], w[2], true, sc[1], mn[1]);
+    for (int j = 0; j < 8; ++j) {
+      s[j] = d * static_cast<float>((sc[j >> 2] >> (8 * (j & 3))) & 0xFF);
+      m[j] = dmin * static_cast<float>((mn[j >> 2] >> (8 * (j & 3))) & 0xFF);
+    }
+  }
+};
+
 #if UQR_CPU_AVX512
 
 // 16 bytes -> 16 int32 lanes, each holding one byte (two nibbles).
@@ -251,22 +268,6 @@ struct BlockDecoder<UQR_Q8_0, 0> : GenericDecoder<UQR_Q8_0, 0> {
   }
 };
 
-// The 8 sub-block scales and mins of a q4_k / q5_k super-block (d, dmin, 12 bytes of 6-bit
-// fields at blk + 4), times d and dmin.
-struct KSubScales {
-  float s[8], m[8];
-  explicit KSubScales(const uint8_t* blk) {
-    const float d = load_half(blk), dmin = load_half(blk + 2);
-    uint32_t w[3], sc[2], mn[2];
-    std::memcpy(w, blk + 4, 12);
-    uqr_q4_k_scale_min_words(w[0], w[1], w[2], false, sc[0], mn[0]);
-    uqr_q4_k_scale_min_words(w[0], w[1], w[2], true, sc[1], mn[1]);
-    for (int j = 0; j < 8; ++j) {
-      s[j] = d * static_cast<float>((sc[j >> 2] >> (8 * (j & 3))) & 0xFF);
-      m[j] = dmin * static_cast<float>((mn[j >> 2] >> (8 * (j & 3))) & 0xFF);
-    }
-  }
-};
 
 template <>
 struct BlockDecoder<UQR_Q4_K, 0> : GenericDecoder<UQR_Q4_K, 0> {

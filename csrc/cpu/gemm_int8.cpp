@@ -788,6 +788,218 @@ void affine_block_tile(const uint8_t* w, int64_t row_bytes, int64_t nblocks, con
     for (int m = 0; m < MR; ++m) res[m * ld + r] = (acc0 ? res[m * ld + r] : 0.f) + acc[r][m];
 }
 
+// ---- q4_1, q5_0, q5_1, q8_0 (32-element blocks) and q6_k --------------------------------------
+// The GGUF block formats that llama.cpp's CPU decode also runs on int8 activations. Each 32-element
+// block gives its 32 codes as bytes, c (unsigned for q4_1 / q5_x, signed for q8_0), and
+// w = a c + b per element, so dot(w, x) ~ dx (a dot(c, x_s8) + b sx), with x rounded per block
+// (span 32). q6_k's codes are (q - 32) with one int8 scale per 16 elements: per 256-element
+// super-block (one dx) the scaled integer dots add up in int32 (|sum| < 2^25), then one fp32
+// multiply by d dx.
+//
+// x86: vpmaddubsw takes an unsigned and a signed operand; signed codes go in as |c| against
+// x with c's sign (vpsignb), the usual trick: |x| <= 127 after rounding, so no lane saturates.
+#if defined(__AVX2__) && defined(__FMA__)
+#define UQR_INT8_BYTE_CODES_X86 1
+#else
+#define UQR_INT8_BYTE_CODES_X86 0
+#endif
+
+template <int FMT>
+struct ByteCodes32 {
+  static_assert(FMT == UQR_Q4_1 || FMT == UQR_Q5_0 || FMT == UQR_Q5_1 || FMT == UQR_Q8_0);
+  static constexpr bool kSigned = FMT == UQR_Q8_0;
+  static constexpr int kBytes = FMT == UQR_Q4_1 ? UQR_Q4_1_BYTES : FMT == UQR_Q5_0 ? UQR_Q5_0_BYTES
+                              : FMT == UQR_Q5_1 ? UQR_Q5_1_BYTES : UQR_Q8_0_BYTES;
+  static float scale(const uint8_t* blk) { return load_half(blk); }
+  // b: q5_0's codes are offset by 16 (y = (q - 16) d); q4_1 / q5_1 carry their min m.
+  static float offset(const uint8_t* blk) {
+    if constexpr (FMT == UQR_Q4_1 || FMT == UQR_Q5_1) return load_half(blk + 2);
+    else if constexpr (FMT == UQR_Q5_0) return -16.f * load_half(blk);
+    else return 0.f;
+  }
+  static const uint8_t* qs(const uint8_t* blk) {
+    return blk + (FMT == UQR_Q4_1 ? 4 : FMT == UQR_Q5_0 ? UQR_Q5_0_QS : FMT == UQR_Q5_1 ? UQR_Q5_1_QS : 2);
+  }
+  // Element i's code (portable path): the nibble layout of q4_0 (qs[j]: element j low, j + 16
+  // high), bit 4 of element i of q5_x in bit i of the little-endian 32-bit qh.
+  static int code(const uint8_t* blk, int i) {
+    const uint8_t* q = qs(blk);
+    if constexpr (kSigned) return static_cast<int8_t>(q[i]);
+    const int nib = (q[i & 15] >> (i < 16 ? 0 : 4)) & 15;
+    if constexpr (FMT == UQR_Q4_1) return nib;
+    const uint8_t* qh = blk + (FMT == UQR_Q5_0 ? UQR_Q5_0_QH : UQR_Q5_1_QH);
+    return nib | (((qh[i >> 3] >> (i & 7)) & 1) << 4);
+  }
+#if UQR_INT8_BYTE_CODES_X86
+  static __m256i codes(const uint8_t* blk) {
+    const uint8_t* q = qs(blk);
+    if constexpr (kSigned) return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q));
+    const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(q)), m4 = _mm_set1_epi8(0x0F);
+    const __m256i nib = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(raw, 4), m4), _mm_and_si128(raw, m4));
+    if constexpr (FMT == UQR_Q4_1) return nib;
+    // qh's bit i to byte i: byte i holds qh byte i / 8 (the 32-bit word sits in both 128-bit
+    // lanes, so the in-lane shuffle reaches it), tested against its bit i % 8.
+    uint32_t qh;
+    std::memcpy(&qh, blk + (FMT == UQR_Q5_0 ? UQR_Q5_0_QH : UQR_Q5_1_QH), 4);
+    const __m256i spread = _mm256_shuffle_epi8(
+        _mm256_set1_epi32(static_cast<int32_t>(qh)),
+        _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3));
+    const __m256i bit = _mm256_set1_epi64x(static_cast<int64_t>(0x8040201008040201ull));
+    const __m256i set = _mm256_cmpeq_epi8(_mm256_and_si256(spread, bit), bit);
+    return _mm256_or_si256(nib, _mm256_and_si256(set, _mm256_set1_epi8(0x10)));
+  }
+#endif
+};
+
+#if UQR_INT8_BYTE_CODES_X86
+// 32 codes (unsigned, or signed with kSigned) x 32 int8 x -> 16 int16 pair sums (no saturation:
+// unsigned codes are below 64, signed ones pair |c| <= 128 with |x| <= 127).
+template <bool kSigned>
+inline __m256i pair_dots(__m256i c, __m256i x) {
+  if constexpr (kSigned) return _mm256_maddubs_epi16(_mm256_sign_epi8(c, c), _mm256_sign_epi8(x, c));
+  else return _mm256_maddubs_epi16(c, x);
+}
+
+template <int NR, int MR>
+inline void zero_acc8(__m256 (&acc)[NR][MR]) {
+  for (int r = 0; r < NR; ++r)
+    for (int m = 0; m < MR; ++m) acc[r][m] = _mm256_setzero_ps();
+}
+
+inline float hsum8(__m256 v) {
+  const __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  const __m128 t = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  return _mm_cvtss_f32(_mm_add_ss(t, _mm_movehdup_ps(t)));
+}
+#endif
+
+template <int MR, int NR, int FMT>
+void byte_codes_tile(const uint8_t* w, int64_t row_bytes, int64_t nblocks, const QView& x, float* res, int64_t ld,
+                     bool acc0) {
+  using F = ByteCodes32<FMT>;
+  float off[NR][MR] = {};  // the b sx terms, as b * (dx sx)
+#if UQR_INT8_BYTE_CODES_X86
+  __m256 acc[NR][MR];
+  zero_acc8(acc);
+  const __m256i ones = _mm256_set1_epi16(1);
+  for (int64_t b = 0; b < nblocks; ++b) {
+#pragma GCC unroll 4
+    for (int r = 0; r < NR; ++r) {
+      const uint8_t* blk = w + r * row_bytes + b * F::kBytes;
+      // The next tile's row at this position (rows are read one after another): see q4_0_tile.
+      _mm_prefetch(reinterpret_cast<const char*>(blk + NR * row_bytes), _MM_HINT_T0);
+      const __m256i c = F::codes(blk);
+      const float a = F::scale(blk), o = F::offset(blk);
+#pragma GCC unroll 8
+      for (int m = 0; m < MR; ++m) {
+        const int64_t xb = m * x.ldb + b;
+        const __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.q + m * x.ldq + b * 32));
+        const __m256i dot = _mm256_madd_epi16(pair_dots<F::kSigned>(c, xv), ones);
+        acc[r][m] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_set1_ps(a * x.d[xb]), acc[r][m]);
+        off[r][m] += o * x.ds[xb];
+      }
+    }
+  }
+  for (int r = 0; r < NR; ++r)
+    for (int m = 0; m < MR; ++m) res[m * ld + r] = (acc0 ? res[m * ld + r] : 0.f) + hsum8(acc[r][m]) + off[r][m];
+#else
+  float acc[NR][MR] = {};
+  for (int64_t b = 0; b < nblocks; ++b)
+    for (int r = 0; r < NR; ++r) {
+      const uint8_t* blk = w + r * row_bytes + b * F::kBytes;
+      int c[32];
+      for (int i = 0; i < 32; ++i) c[i] = F::code(blk, i);
+      const float a = F::scale(blk), o = F::offset(blk);
+      for (int m = 0; m < MR; ++m) {
+        const int64_t xb = m * x.ldb + b;
+        const int8_t* xq = x.q + m * x.ldq + b * 32;
+        int32_t dot = 0;
+        for (int i = 0; i < 32; ++i) dot += c[i] * xq[i];
+        acc[r][m] += static_cast<float>(dot) * (a * x.d[xb]);
+        off[r][m] += o * x.ds[xb];
+      }
+    }
+  for (int r = 0; r < NR; ++r)
+    for (int m = 0; m < MR; ++m) res[m * ld + r] = (acc0 ? res[m * ld + r] : 0.f) + acc[r][m] + off[r][m];
+#endif
+}
+
+// q6_k: element 128h + 32g + l (h = 0, 1; g = 0..3; l = 0..31) takes its low 4 bits from
+// ql[64h + 32 (g & 1) + l] (high nibble for g >= 2) and its top 2 from bits 2g of qh[32h + l];
+// its scale is scales[(128h + 32g + l) / 16].
+template <int MR, int NR>
+void q6_k_tile(const uint8_t* w, int64_t row_bytes, int64_t nblocks, const QView& x, float* res, int64_t ld,
+               bool acc0) {
+#if UQR_INT8_BYTE_CODES_X86
+  __m256 acc[NR][MR];
+  zero_acc8(acc);
+  const __m256i m4 = _mm256_set1_epi8(0x0F), m2 = _mm256_set1_epi8(0x03), k32 = _mm256_set1_epi8(32);
+  for (int64_t b = 0; b < nblocks; ++b) {
+    for (int r = 0; r < NR; ++r) {
+      const uint8_t* blk = w + r * row_bytes + b * UQR_Q6_K_BYTES;
+      for (int l = 0; l < UQR_Q6_K_BYTES; l += 64)
+        _mm_prefetch(reinterpret_cast<const char*>(blk + NR * row_bytes + l), _MM_HINT_T0);
+      const int8_t* sc = reinterpret_cast<const int8_t*>(blk + UQR_Q6_K_SCALES);
+      __m256i isum[MR];
+      for (int m = 0; m < MR; ++m) isum[m] = _mm256_setzero_si256();
+      for (int h = 0; h < 2; ++h) {
+        const __m256i ql0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 64 * h));
+        const __m256i ql1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 64 * h + 32));
+        const __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + UQR_Q6_K_QH + 32 * h));
+#pragma GCC unroll 4
+        for (int g = 0; g < 4; ++g) {
+          const __m256i ql = (g & 1) ? ql1 : ql0;
+          const __m256i lo = _mm256_and_si256(g >= 2 ? _mm256_srli_epi16(ql, 4) : ql, m4);
+          const __m256i hi = _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * g), m2), 4);
+          const __m256i c = _mm256_sub_epi8(_mm256_or_si256(lo, hi), k32);
+          const int s = 8 * h + 2 * g;
+          const __m256i scales = _mm256_set_m128i(_mm_set1_epi16(sc[s + 1]), _mm_set1_epi16(sc[s]));
+#pragma GCC unroll 8
+          for (int m = 0; m < MR; ++m) {
+            const __m256i xv = _mm256_loadu_si256(
+                reinterpret_cast<const __m256i*>(x.q + m * x.ldq + b * 256 + 128 * h + 32 * g));
+            isum[m] = _mm256_add_epi32(isum[m], _mm256_madd_epi16(pair_dots<true>(c, xv), scales));
+          }
+        }
+      }
+      const float d = load_half(blk + UQR_Q6_K_D);
+      for (int m = 0; m < MR; ++m)
+        acc[r][m] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[m]), _mm256_set1_ps(d * x.d[m * x.ldb + b * 8]), acc[r][m]);
+    }
+  }
+  for (int r = 0; r < NR; ++r)
+    for (int m = 0; m < MR; ++m) res[m * ld + r] = (acc0 ? res[m * ld + r] : 0.f) + hsum8(acc[r][m]);
+#else
+  float acc[NR][MR] = {};
+  for (int64_t b = 0; b < nblocks; ++b)
+    for (int r = 0; r < NR; ++r) {
+      const uint8_t* blk = w + r * row_bytes + b * UQR_Q6_K_BYTES;
+      const int8_t* sc = reinterpret_cast<const int8_t*>(blk + UQR_Q6_K_SCALES);
+      int c[256];
+      for (int h = 0; h < 2; ++h)
+        for (int g = 0; g < 4; ++g)
+          for (int l = 0; l < 32; ++l) {
+            const int lo = (blk[64 * h + 32 * (g & 1) + l] >> (g >= 2 ? 4 : 0)) & 15;
+            const int hi = (blk[UQR_Q6_K_QH + 32 * h + l] >> (2 * g)) & 3;
+            c[128 * h + 32 * g + l] = (lo | (hi << 4)) - 32;
+          }
+      const float d = load_half(blk + UQR_Q6_K_D);
+      for (int m = 0; m < MR; ++m) {
+        const int8_t* xq = x.q + m * x.ldq + b * 256;
+        int32_t dot = 0;
+        for (int s = 0; s < 16; ++s) {
+          int32_t part = 0;
+          for (int i = 16 * s; i < 16 * s + 16; ++i) part += c[i] * xq[i];
+          dot += sc[s] * part;
+        }
+        acc[r][m] += static_cast<float>(dot) * (d * x.d[m * x.ldb + b * 8]);
+      }
+    }
+  for (int r = 0; r < NR; ++r)
+    for (int m = 0; m < MR; ++m) res[m * ld + r] = (acc0 ? res[m * ld + r] : 0.f) + acc[r][m];
+#endif
+}
+
 // ---- driver ------------------------------------------------------------------------------
 template <int MR>
 constexpr int weight_rows_per_tile() {
@@ -829,6 +1041,9 @@ void int8_rows(const uint8_t* w, const uqr_gemm_params& p, const QView& x, int64
         affine_block_tile<MR, R, VarAffineInts>(wk + n * p.row_bytes, p.row_bytes, nblocks, xc, out, ld, k0 > 0);
       else if constexpr (FMT == UQR_EXL3)
         affine_block_tile<MR, R, Exl3Ints>(wk + n * p.row_bytes, p.row_bytes, nblocks, xc, out, ld, k0 > 0);
+      else if constexpr (FMT == UQR_Q6_K) q6_k_tile<MR, R>(wk + n * p.row_bytes, p.row_bytes, nblocks, xc, out, ld, k0 > 0);
+      else if constexpr (FMT == UQR_Q4_1 || FMT == UQR_Q5_0 || FMT == UQR_Q5_1 || FMT == UQR_Q8_0)
+        byte_codes_tile<MR, R, FMT>(wk + n * p.row_bytes, p.row_bytes, nblocks, xc, out, ld, k0 > 0);
       else q4_0_tile<MR, R>(wk + n * p.row_bytes, p.row_bytes, nblocks, xc, out, ld, k0 > 0);
     };
     int64_t n = n0;
@@ -843,7 +1058,9 @@ void gemm_int8(const uint8_t* w, const uqr_gemm_params& p, const float* X, int64
                const uint8_t* nan_rows) {
   const bool kquant = p.fmt == UQR_Q4_K, mlx4 = p.fmt == UQR_MLX4, ternary = p.fmt == UQR_TERNARY;
   const bool var_affine = p.fmt == UQR_VAR_AFFINE, exl3 = p.fmt == UQR_EXL3;
-  QRows xq = quantize_rows(X, R, p.K, kquant || var_affine || exl3 ? 256 : mlx4 ? p.group_size : kQBlock);
+  // One x scale per weight block (256 elements for the super-block formats), per group for mlx4.
+  QRows xq = quantize_rows(X, R, p.K, kquant || var_affine || exl3 || p.fmt == UQR_Q6_K ? 256
+                                      : mlx4 ? p.group_size : kQBlock);
 #if UQR_CPU_VNNI
   // (var_affine and exl3 have only the portable tile, which reads x in plain order.)
   if (kquant) interleave_q4_k(xq, R);
@@ -862,6 +1079,11 @@ void gemm_int8(const uint8_t* w, const uqr_gemm_params& p, const float* X, int64
       else if (ternary) int8_rows<MR, UQR_TERNARY>(w, p, x, n0, n1, res, ld);
       else if (var_affine) int8_rows<MR, UQR_VAR_AFFINE>(w, p, x, n0, n1, res, ld);
       else if (exl3) int8_rows<MR, UQR_EXL3>(w, p, x, n0, n1, res, ld);
+      else if (p.fmt == UQR_Q4_1) int8_rows<MR, UQR_Q4_1>(w, p, x, n0, n1, res, ld);
+      else if (p.fmt == UQR_Q5_0) int8_rows<MR, UQR_Q5_0>(w, p, x, n0, n1, res, ld);
+      else if (p.fmt == UQR_Q5_1) int8_rows<MR, UQR_Q5_1>(w, p, x, n0, n1, res, ld);
+      else if (p.fmt == UQR_Q8_0) int8_rows<MR, UQR_Q8_0>(w, p, x, n0, n1, res, ld);
+      else if (p.fmt == UQR_Q6_K) int8_rows<MR, UQR_Q6_K>(w, p, x, n0, n1, res, ld);
       else int8_rows<MR, UQR_Q4_0>(w, p, x, n0, n1, res, ld);
     });
   }, nan_rows);

@@ -4,9 +4,12 @@ For every thread count of ``--threads`` (default ``1,all``) it times, in one run
 
 * **router**: the file loaded by torch_uqr's GGUF loader as ``generate`` loads it (every packed
   weight stays in the file's blocks and runs through ``torch.ops.uqr.gemm``);
+* **router-int8**: the same model with ``nn.set_path(model, "int8", max_rows=DECODE_ROWS)``:
+  decode steps in llama.cpp's CPU arithmetic (activations rounded to int8 per weight block, integer
+  dot products) in every layer whose format has path int8; prefill as **router**;
 * **transformers**: ``AutoModelForCausalLM.from_pretrained(dir, gguf_file=...)`` of the same file,
   which decodes every tensor to float32 on load (torch's dense matmuls);
-* **router (compiled)**, with ``--compile``: the router model's decode through
+* **router (compiled)** and **router-int8 (compiled)**, with ``--compile``: the router models' decode through
   ``models.decode.CompiledDecoder`` (q/k/v and gate/up fused, static KV cache, one
   ``torch.compile``'d single-token step, compiled afresh per thread count; the compile seconds are
   printed and in the JSON's ``compile_s``, not in tok/s); its prefill runs eagerly into a static cache;
@@ -39,7 +42,8 @@ from typing import Optional
 
 import torch
 
-ENGINES = ("router", "transformers")
+ENGINES = ("router", "router-int8", "transformers")
+ROUTER_ENGINES = ("router", "router-int8")
 DECODE_PROMPT = 8  # untimed prompt before the timed decode steps
 WARMUP_TOKENS = 16
 
@@ -131,10 +135,16 @@ def machine_info() -> dict:
 
 def load_engine(engine: str, path: str):
     """The model of ``engine`` for the GGUF ``path``, in eval mode, float32."""
-    if engine == "router":
+    if engine in ROUTER_ENGINES:
         from ..models.auto import load_gguf_model
 
-        return load_gguf_model(path)[0].eval()
+        model = load_gguf_model(path)[0].eval()
+        if engine == "router-int8":
+            from ..models.decode import DECODE_ROWS
+            from ..nn import set_path
+
+            set_path(model, "int8", max_rows=DECODE_ROWS)
+        return model
     if engine == "transformers":
         from transformers import AutoModelForCausalLM
 
@@ -277,8 +287,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     for e in engines:
         if e not in ENGINES:
             raise SystemExit(f"--engines: unknown engine {e!r}; expected some of {', '.join(ENGINES)}")
-    if args.compile and "router" not in engines:
-        raise SystemExit("--compile times the router's compiled decode: keep 'router' in --engines")
+    if args.compile and not set(ROUTER_ENGINES) & set(engines):
+        raise SystemExit("--compile times the router's compiled decode: keep 'router' or 'router-int8' in --engines")
     machine = machine_info()
     rows: list[ModelRow] = []
     for engine in engines:
@@ -289,10 +299,10 @@ def main(argv: Optional[list[str]] = None) -> int:
             pp_ts, tg_ts = time_engine(model, n, args.pp, args.tg, args.reps, args.seed)
             rows.append(ModelRow(engine, n, args.pp, args.tg, pp_ts, tg_ts))
             print(f"# {engine} threads={n}: pp {pp_ts:.1f} tok/s, tg {tg_ts:.1f} tok/s", file=sys.stderr, flush=True)
-        for n in threads if engine == "router" and args.compile else ():  # after the eager rows: it fuses layers
+        for n in threads if engine in ROUTER_ENGINES and args.compile else ():  # after the eager rows: it fuses layers
             pp_ts, tg_ts, c_s = time_compiled(model, n, args.pp, args.tg, args.reps, args.seed)
-            rows.append(ModelRow("router (compiled)", n, args.pp, args.tg, pp_ts, tg_ts, compile_s=c_s))
-            print(f"# router (compiled) threads={n}: compiled in {c_s:.1f} s; pp {pp_ts:.1f} tok/s, "
+            rows.append(ModelRow(f"{engine} (compiled)", n, args.pp, args.tg, pp_ts, tg_ts, compile_s=c_s))
+            print(f"# {engine} (compiled) threads={n}: compiled in {c_s:.1f} s; pp {pp_ts:.1f} tok/s, "
                   f"tg {tg_ts:.1f} tok/s", file=sys.stderr, flush=True)
         del model
     if args.llama_bench:

@@ -52,6 +52,11 @@ def parse_args(argv):
     p.add_argument("--compile", nargs="?", const="default", default=None, choices=["default", "reduce-overhead"],
                    help="decode through a static KV cache and one torch.compile'd single-token step "
                         "(compiled before the timing; 'reduce-overhead': CUDA graphs, CUDA only)")
+    p.add_argument("--path", default="auto", choices=["auto", "int8"],
+                   help="router path of the packed layers in decode steps: 'auto' (exact, default) or 'int8' "
+                        "(llama.cpp's CPU arithmetic: activations rounded to int8 per weight block, integer dot "
+                        "products, for the layers whose format has it; a few 1e-3 relative error per layer). "
+                        "The prompt's prefill stays exact")
     p.add_argument("--tp", type=int, default=1,
                    help="tensor-parallel ranks (launch: torchrun --nproc-per-node N -m torch_uqr generate --tp N)")
     args = p.parse_args(argv)
@@ -192,6 +197,13 @@ def main(argv=None) -> int:
         print("# " + str(summary).replace("\n", "\n# "))
     if not args.no_direct_heads and model.config.model_type == "llama":
         use_direct_heads(model)
+    if args.path != "auto":
+        from ..models.decode import DECODE_ROWS
+        from ..nn import set_path
+
+        counts = set_path(model, args.path, max_rows=DECODE_ROWS)
+        print(f"# path {args.path} for decode steps: {counts['set']} packed layers "
+              f"({counts['kept']} without it stay exact)")
     ids = encode_prompt(tokenizer, args.prompt, args.raw)
     print(f"# prompt: {args.prompt!r}\n")
     governor = None

@@ -88,6 +88,8 @@ class FormatSpec:
 
 
 _INT8 = {"int8": ("cpu", "cuda")}
+#: int8 activations on CPU only (the GGUF block formats llama.cpp's CPU decode also runs that way).
+_INT8_CPU = {"int8": ("cpu",)}
 #: MLX's group sizes (``mx.quantize(..., group_size=)``); 64 is its default.
 MLX_GROUP_SIZES = (32, 64, 128)
 
@@ -100,17 +102,17 @@ def _mlx(bits: int, id: int, **kw) -> FormatSpec:
 
 TABLE: tuple[FormatSpec, ...] = (
     FormatSpec("q4_0", 0, 32, 18, "GGUF Q4_0", extra_paths=_INT8, gguf_type="Q4_0"),
-    FormatSpec("q4_1", 1, 32, 20, "GGUF Q4_1", gguf_type="Q4_1"),
-    FormatSpec("q8_0", 2, 32, 34, "GGUF Q8_0", gguf_type="Q8_0"),
+    FormatSpec("q4_1", 1, 32, 20, "GGUF Q4_1", extra_paths=_INT8_CPU, gguf_type="Q4_1"),
+    FormatSpec("q8_0", 2, 32, 34, "GGUF Q8_0", extra_paths=_INT8_CPU, gguf_type="Q8_0"),
     FormatSpec("q4_k", 3, 256, 144, "GGUF Q4_K", extra_paths=_INT8, gguf_type="Q4_K"),
     _mlx(4, 4, extra_paths=_INT8),
     FormatSpec("var_affine", 5, 256, 160, "EXL2-style variable bit width", extra_paths=_INT8),
     FormatSpec("exl3", 6, 256, 144, "EXL3-style codebook", extra_paths=_INT8),
     FormatSpec("ternary", 7, 32, 12, "BitNet b1.58 ternary",
                extra_paths={"vec": ("cpu", "cuda", "metal"), "int8": ("cpu", "cuda")}),
-    FormatSpec("q5_0", 8, 32, 22, "GGUF Q5_0", gguf_type="Q5_0"),
-    FormatSpec("q5_1", 9, 32, 24, "GGUF Q5_1", gguf_type="Q5_1"),
-    FormatSpec("q6_k", 10, 256, 210, "GGUF Q6_K", gguf_type="Q6_K"),
+    FormatSpec("q5_0", 8, 32, 22, "GGUF Q5_0", extra_paths=_INT8_CPU, gguf_type="Q5_0"),
+    FormatSpec("q5_1", 9, 32, 24, "GGUF Q5_1", extra_paths=_INT8_CPU, gguf_type="Q5_1"),
+    FormatSpec("q6_k", 10, 256, 210, "GGUF Q6_K", extra_paths=_INT8_CPU, gguf_type="Q6_K"),
     FormatSpec("q5_k", 11, 256, 176, "GGUF Q5_K", gguf_type="Q5_K"),
     FormatSpec("iq4_nl", 12, 32, 18, "GGUF IQ4_NL", gguf_type="IQ4_NL"),
     FormatSpec("iq4_xs", 13, 256, 136, "GGUF IQ4_XS", gguf_type="IQ4_XS"),

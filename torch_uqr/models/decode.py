@@ -18,6 +18,12 @@ from typing import Optional
 import torch
 
 
+#: Activation rows up to which a decode-only path (``nn.set_path(..., max_rows=DECODE_ROWS)``) serves
+#: a layer: one sequence's step and small batches. On the 2-core AVX2 CPU of docs/perf/cpu-zen2.md
+#: path int8 was 1.4-5x faster than the exact kernels at one row and 0.5x at 512 (prefill).
+DECODE_ROWS = 8
+
+
 class CompiledDecoder:
     """``prefill(ids)`` then ``step(token)`` calls, each returning the last position's logits [1, vocab].
 
@@ -121,7 +127,7 @@ class CompiledDecoder:
 
 def concat_quant_linears(layers, *, out_heads: int = 0) -> Optional["QuantLinear"]:
     """One QuantLinear whose packed rows are ``layers``' rows one after the other, or None when
-    they cannot share one (format, packed K, group size, real in_features, path, row layout or
+    they cannot share one (format, packed K, group size, real in_features, path and its row limit, row layout or
     bias presence differ). Exact: every output row is computed from its own packed row only."""
     from ..nn.linear import QuantLinear
     from ..qtensor import QTensor
@@ -129,7 +135,7 @@ def concat_quant_linears(layers, *, out_heads: int = 0) -> Optional["QuantLinear
     first = layers[0]
     if not all(isinstance(m, QuantLinear) for m in layers):
         return None
-    same = lambda m: (m.fmt, m.packed_in_features, m.group_size, m.in_features, m.path, m.in_heads,  # noqa: E731
+    same = lambda m: (m.fmt, m.packed_in_features, m.group_size, m.in_features, m.path, m.path_max_rows, m.in_heads,  # noqa: E731
                       m.weight.dtype, m.weight.device, m.weight.dim(), m.weight.shape[1:], m.bias is None)
     if any(same(m) != same(first) for m in layers) or first.weight.dim() != 2 or first.in_heads:
         return None
@@ -140,7 +146,8 @@ def concat_quant_linears(layers, *, out_heads: int = 0) -> Optional["QuantLinear
     bias = None if first.bias is None else torch.cat([m.bias for m in layers])
     qt = QTensor._validated(data, first.fmt, (N, first.packed_in_features),
                             first.group_size or None)
-    return QuantLinear(qt, bias, out_heads=out_heads, path=first.path, in_features=first.in_features)
+    return QuantLinear(qt, bias, out_heads=out_heads, path=first.path, in_features=first.in_features,
+                       path_max_rows=first.path_max_rows)
 
 
 class FusedGateUpMLP(torch.nn.Module):

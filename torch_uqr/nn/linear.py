@@ -85,12 +85,16 @@ class QuantLinear(nn.Module):
         bias: optional float bias of length ``out_features``.
         out_heads: if > 0, the output is written as ``[..., out_heads, M, D]`` (direct-head layout).
         in_heads: if True, the input is ``[..., H, M, D]`` with ``H*D == in_features``.
-        path: router path, ``"auto"`` (default), ``"mma"`` or ``"vec"`` (ternary only).
+        path: router path, ``"auto"`` (default), ``"mma"``, ``"vec"`` (ternary only) or ``"int8"``
+            (formats that have it; see ``torch_uqr.gemm``).
         in_features: real input width (defaults to ``qt.K``).
+        path_max_rows: if set, ``path`` serves calls of at most this many activation rows (decode
+            steps) and larger calls (prefill) take ``"auto"``.
     """
 
     def __init__(self, qt: QTensor, bias: Optional[torch.Tensor] = None, *, out_heads: int = 0,
-                 in_heads: bool = False, path: Optional[str] = None, in_features: Optional[int] = None):
+                 in_heads: bool = False, path: Optional[str] = None, in_features: Optional[int] = None,
+                 path_max_rows: Optional[int] = None):
         super().__init__()
         N, K = qt.shape
         in_features = K if in_features is None else int(in_features)
@@ -109,6 +113,7 @@ class QuantLinear(nn.Module):
         self.out_heads = int(out_heads or 0)
         self.in_heads = bool(in_heads)
         self.path = path
+        self.path_max_rows = path_max_rows
         self._cache: tuple = (None, None)
         self._check_heads()
 
@@ -200,13 +205,16 @@ class QuantLinear(nn.Module):
         if self.packed_in_features != self.in_features:
             x = F.pad(x, (0, self.packed_in_features - self.in_features))
         heads = self.out_heads or None
+        path = self.path
+        if self.path_max_rows is not None and x.numel() > self.path_max_rows * self.packed_in_features:
+            path = None  # more rows than path serves (prefill): the default route
         if torch.compiler.is_compiling():
             # The check of the weight's bytes runs inside the op, on the real buffer at every
             # call: nothing per layer for dynamo to guard on, and a weight changed after
             # compilation is still validated before a kernel reads it.
-            y = torch.ops.uqr.linear_gemm(*ops.gemm_args(x, self._unchecked_qtensor(), heads, self.in_heads, self.path))
+            y = torch.ops.uqr.linear_gemm(*ops.gemm_args(x, self._unchecked_qtensor(), heads, self.in_heads, path))
         else:
-            y = ops.gemm(x, self.qtensor, out_heads=heads, in_heads=self.in_heads, path=self.path)
+            y = ops.gemm(x, self.qtensor, out_heads=heads, in_heads=self.in_heads, path=path)
         if self.bias is not None:
             b = self.bias.to(y.dtype)
             if self.out_heads:

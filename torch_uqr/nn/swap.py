@@ -231,3 +231,38 @@ def _quantize_recipe(model: nn.Module, recipe: str, should_skip, progress: bool)
         _record(summary, name, lin.weight, q.weight.numel(), q.fmt, why is None, why)
     model.uqr_recipe = r.name
     return summary
+
+
+def set_path(model: nn.Module, path: Optional[str], max_rows: Optional[int] = None) -> dict[str, int]:
+    """Set the router ``path`` of every ``QuantLinear`` in ``model`` whose format has it on the
+    backend that serves its weights' device; the others keep theirs. With ``max_rows``, the path
+    serves calls of at most that many activation rows and larger ones take ``"auto"``
+    (``QuantLinear.path_max_rows``).
+
+    ``set_path(model, "int8", max_rows=8)`` gives a loaded GGUF model's decode steps llama.cpp's
+    CPU arithmetic: activations rounded to int8 per weight block and integer dot products, for
+    every layer whose format has an int8 kernel there (a few 1e-3 relative error per layer; see
+    ``torch_uqr.gemm``), while prefill keeps the exact path, which is faster there at hundreds of
+    rows. ``None`` or ``"auto"`` puts every layer back on the exact default.
+
+    Returns:
+        ``{"set": layers now on path, "kept": layers whose format has no such path}``.
+    """
+    from ..ops import PATHS, backend_of_device
+
+    if path not in (None,) + tuple(PATHS):
+        raise ValueError(f"path: expected None or one of {PATHS}, got {path!r}")
+    if max_rows is not None and (isinstance(max_rows, bool) or not isinstance(max_rows, int) or max_rows < 1):
+        raise ValueError(f"max_rows: expected None or a positive int, got {max_rows!r}")
+    counts = {"set": 0, "kept": 0}
+    for module in model.modules():
+        if not isinstance(module, QuantLinear):
+            continue
+        backend = backend_of_device(module.weight.device)
+        if path in (None, "auto") or (backend is not None and path in format_table.spec(module.fmt).paths(backend)):
+            module.path = None if path == "auto" else path
+            module.path_max_rows = None if module.path is None else max_rows
+            counts["set"] += 1
+        else:
+            counts["kept"] += 1
+    return counts

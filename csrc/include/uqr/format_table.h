@@ -174,13 +174,18 @@ UQR_FN constexpr int uqr_code_bits(int fmt) { return fmt == UQR_MLX4 ? 4 : fmt =
 // Formats with path "int8" on cpu: X(ENUM, "name").
 #define UQR_INT8_CPU_LIST(X) \
   X(UQR_Q4_0, "q4_0") \
+  X(UQR_Q4_1, "q4_1") \
+  X(UQR_Q8_0, "q8_0") \
   X(UQR_Q4_K, "q4_k") \
   X(UQR_MLX4, "mlx4") \
   X(UQR_VAR_AFFINE, "var_affine") \
   X(UQR_EXL3, "exl3") \
   X(UQR_TERNARY, "ternary") \
+  X(UQR_Q5_0, "q5_0") \
+  X(UQR_Q5_1, "q5_1") \
+  X(UQR_Q6_K, "q6_k") \
 
-#define UQR_INT8_CPU_NAMES "'q4_0', 'q4_k', 'mlx4', 'var_affine', 'exl3', 'ternary'"
+#define UQR_INT8_CPU_NAMES "'q4_0', 'q4_1', 'q8_0', 'q4_k', 'mlx4', 'var_affine', 'exl3', 'ternary', 'q5_0', 'q5_1', 'q6_k'"
 
 // Formats with path "int8" on cuda: X(ENUM, "name").
 #define UQR_INT8_CUDA_LIST(X) \
