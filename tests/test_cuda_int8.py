@@ -187,8 +187,12 @@ def test_int8_cuda_errors(cuda) -> None:
     wm = random_packed("mlx4", N, K, 64, seed=1, device="cuda")
     w8 = random_packed("q8_0", N, K, 0, seed=1, device="cuda")
     x = torch.randn(3, K, device="cuda", dtype=torch.bfloat16)
-    with pytest.raises(ValueError, match="path='int8' .*supports fmt 'q4_0', 'q4_k', .*'exl3'.*not 'q8_0'"):
+    # q8_0 has path int8 on the CPU only; q5_k on no backend.
+    with pytest.raises(ValueError, match="path='int8' for fmt 'q8_0' exists only on the cpu backend .*not on 'cuda'"):
         uqr.gemm(x, uqr.QTensor(w8, "q8_0", (N, K)), path="int8")
+    w5 = random_packed("q5_k", N, K, 0, seed=1, device="cuda")
+    with pytest.raises(ValueError, match="path='int8' .*supports fmt 'q4_0', 'q4_1', .*'exl3'.*not 'q5_k'"):
+        uqr.gemm(x, uqr.QTensor(w5, "q5_k", (N, K)), path="int8")
     with pytest.raises(ValueError, match="kernel: 'int8' takes.*got fmt 'mlx4'.*3 rows"):
         gemm_cuda_route(x, wm, "mlx4", N, K, 64, kernel="int8")  # mlx4: one row only
     wm128 = random_packed("mlx4", N, K, 128, seed=1, device="cuda")

@@ -154,7 +154,7 @@ def gemm_args(x: torch.Tensor, qt: Any, out_heads: Optional[int] = None, in_head
         if kernels is None or path not in row.paths(kernels):
             on = [b for b in table.BACKENDS if path in row.paths(b)]
             raise ValueError(f"path={path!r} for fmt {qt.fmt!r} exists only on the {' and '.join(on)} "
-                             f"backends with backend=None, not on {where!r}")
+                             f"backend{'s' if len(on) > 1 else ''} with backend=None, not on {where!r}")
     group_size = int(qt.group_size) if row.grouped else 0
     return (x, w, qt.fmt, N, K, group_size, heads, in_heads, path)
 

@@ -531,7 +531,9 @@ def route(x: torch.Tensor, w: torch.Tensor, fmt: str, N: int, K: int, group_size
         path = "auto"  # int8 is an opt-in speed-up, not a contract: calls it would not speed up run exact
     if path != "auto":
         return "triton", None
-    on_hopper = x.is_cuda and wgmma_available(_device_index(x.device))
+    if not x.is_cuda:
+        return "triton", None  # the CUDA C++ kernels take CUDA tensors only
+    on_hopper = wgmma_available(_device_index(x.device))
     if (configs.QMMA_ENABLED and qmma_available() and qmma_auto(fmt, rows, N, on_hopper)
             and qmma_fits(x, w, fmt, K, group_size, in_heads, rows)):
         return "qmma", launch_plan("qmma", x, fmt, N, K, group_size)
