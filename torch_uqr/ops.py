@@ -8,6 +8,7 @@ traceable by ``torch.compile(fullgraph=True)``.
 """
 from __future__ import annotations
 
+import functools
 from typing import Any, Optional
 
 import torch
@@ -52,6 +53,17 @@ if _load_error is None:
             from .backends.cuda import register as _cuda_register  # noqa: F401
         except ImportError as exc:  # triton or the CUDA module missing: CPU keeps working
             _cuda_error = exc
+
+
+# Every decode step checks its path: computed once per (path) and (format, backend), not per call.
+@functools.lru_cache(maxsize=None)
+def _formats_with_path(path: str) -> tuple[str, ...]:
+    return tuple(f for f in table.NAMES if any(path in table.spec(f).paths(b) for b in table.BACKENDS))
+
+
+@functools.lru_cache(maxsize=None)
+def _paths(fmt: str, backend: str) -> tuple[str, ...]:
+    return table.spec(fmt).paths(backend)
 
 
 def backend_of_device(device: torch.device) -> Optional[str]:
@@ -147,11 +159,11 @@ def gemm_args(x: torch.Tensor, qt: Any, out_heads: Optional[int] = None, in_head
     kernels = "metal" if backend == "metal-emu" else _BACKEND_OF_DEVICE.get(x.device.type)
     if path not in _ALWAYS_PATHS:
         # Which formats have the path anywhere, then whether this backend has it for this format.
-        have = [f for f in table.NAMES if any(path in table.spec(f).paths(b) for b in table.BACKENDS)]
+        have = _formats_with_path(path)
         if qt.fmt not in have:
             raise ValueError(f"path={path!r} ({_PATH_WORDS[path]}) supports fmt {table.quoted_names(have)}, "
                              f"not {qt.fmt!r}")
-        if kernels is None or path not in row.paths(kernels):
+        if kernels is None or path not in _paths(qt.fmt, kernels):
             on = [b for b in table.BACKENDS if path in row.paths(b)]
             raise ValueError(f"path={path!r} for fmt {qt.fmt!r} exists only on the {' and '.join(on)} "
                              f"backend{'s' if len(on) > 1 else ''} with backend=None, not on {where!r}")
