@@ -25,7 +25,7 @@ def test_bench_hot_flag_and_read_floor(tmp_path, capsys, hot):
     assert doc["hot"] is hot
     assert {(r["fmt"], r["path"], r["M"]) for r in rows} == {
         ("q4_0", "auto", 1), ("q4_0", "int8", 1), ("q4_0", "auto", 3), ("q4_0", "int8", 3),
-        ("q8_0", "auto", 1), ("q8_0", "auto", 3)}
+        ("q8_0", "auto", 1), ("q8_0", "int8", 1), ("q8_0", "auto", 3), ("q8_0", "int8", 3)}
     for r in rows:
         assert r["hot"] is hot
         # hot: one copy reused; otherwise enough copies to exceed 1.5x the LLC

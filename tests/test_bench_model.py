@@ -58,7 +58,7 @@ def test_bench_model_table_with_fake_llama_bench(tmp_path, monkeypatch, capsys, 
                                                   "-r", "1", "-o", "json"]
     assert f"| engine | threads | pp{PP} tok/s | tg{TG} tok/s | pp / llama.cpp | tg / llama.cpp |" in out
     assert _row(out, "llama.cpp", 1)[2:] == ["150.0", "25.0", "-", "-"]  # medians of the samples
-    for engine in ("router", "transformers"):
+    for engine in ("router", "router-int8", "transformers"):
         cells = _row(out, engine, 1)
         pp_ts, tg_ts, pp_ratio, tg_ratio = map(float, cells[2:])
         assert pp_ts > 0 and tg_ts > 0
@@ -66,7 +66,8 @@ def test_bench_model_table_with_fake_llama_bench(tmp_path, monkeypatch, capsys, 
         assert tg_ratio == pytest.approx(tg_ts / 25.0, abs=0.01)
 
     saved = json.loads(out_json.read_text())
-    assert [(r["engine"], r["threads"]) for r in saved["rows"]] == [("router", 1), ("transformers", 1), ("llama.cpp", 1)]
+    assert [(r["engine"], r["threads"]) for r in saved["rows"]] == [
+        ("router", 1), ("router-int8", 1), ("transformers", 1), ("llama.cpp", 1)]
     assert saved["machine"]["torch"] == torch.__version__
     assert set(saved["machine"]["isa"]) == {"avx2", "avx512f", "neon"}
 
