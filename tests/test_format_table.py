@@ -88,8 +88,8 @@ def _files_naming(name: str) -> set[str]:
                     reason="needs the git checkout")
 @pytest.mark.parametrize("name", ["q4_1", "q8_0"])
 def test_a_plain_format_is_named_in_few_files(name: str) -> None:
-    """q4_1 / q8_0 have no optional path: the files naming them are what adding such a format
-    touches (the default model, a GGUF Q4_1 file with a Q8_0 output layer, is named in its loader
+    """q4_1 / q8_0 have one optional path, int8 on the CPU, whose kernels are a slot like the
+    decoders: the files naming them are what adding such a format touches (the default model, a GGUF Q4_1 file with a Q8_0 output layer, is named in its loader
     and CLI as data, not as a list of formats; llama.cpp's mixes in recipes.py name the ggml types
     its rule picks, a rule a new format does not change)."""
     files = _files_naming(name) - {f"torch_uqr/formats/{name}.py"}
@@ -97,8 +97,9 @@ def test_a_plain_format_is_named_in_few_files(name: str) -> None:
                   "torch_uqr/loaders/gguf.py", "torch_uqr/nn/swap.py", "torch_uqr/__init__.py",
                   "torch_uqr/models/llama.py", "torch_uqr/cli/generate.py", "torch_uqr/recipes.py"}
     rest = files - ALLOWED_BASE - model_data
-    # The kernel slots: the CPU SIMD decoder (optional), the CUDA traits, the Triton decoder and the
-    # format's CUDA tuning rows (optional: a format without one takes the defaults).
-    slots = {"csrc/cpu/block_decode.h", "csrc/cuda/qmma_traits.cuh", "torch_uqr/backends/cuda/decode.py",
-             "torch_uqr/backends/cuda/configs.py"}
+    # The kernel slots: the CPU SIMD decoder (optional), the CPU int8 path's kernel (optional), the
+    # CUDA traits, the Triton decoder and the format's CUDA tuning rows (optional: a format without
+    # one takes the defaults).
+    slots = {"csrc/cpu/block_decode.h", "csrc/cpu/gemm_int8.cpp", "csrc/cuda/qmma_traits.cuh",
+             "torch_uqr/backends/cuda/decode.py", "torch_uqr/backends/cuda/configs.py"}
     assert rest <= slots, f"{name} is named beyond the table/module/decoder/kernel slots: {sorted(rest - slots)}"

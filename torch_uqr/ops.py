@@ -102,10 +102,9 @@ def gemm(x: torch.Tensor, qt: Any, out_heads: Optional[int] = None, in_heads: bo
         out_heads: None/0 for ``y: [..., M, N]``; H to get ``y: [..., H, M, N/H]`` written directly.
         in_heads: read x as head-strided (see above).
         path: "auto" (default), "mma" (decode then matrix multiply), "vec" (ternary only:
-            add/subtract, no multiply per weight) or "int8" (the formats
-            ``table.names_with_path("int8", backend)`` lists: on CPU q4_0, q4_1, q5_0, q5_1, q8_0,
-            q4_k, q6_k, mlx4, ternary, var_affine and exl3; on CUDA q4_0, q4_k, mlx4, ternary,
-            var_affine and exl3. Opt-in: x rounded to int8 with one fp32 scale per weight block
+            add/subtract, no multiply per weight) or "int8" (the formats whose table row has it
+            on x's backend, ``formats.table.names_with_path("int8", backend)``; the README lists
+            them. Opt-in: x rounded to int8 with one fp32 scale per weight block
             (32 elements, or 256 for the 256-element formats) or per group for mlx4, then integer
             dot products - as llama.cpp's and BitNet's kernels do; a few 1e-3 relative error from
             the activation rounding). On CPU int8 serves any M. On
